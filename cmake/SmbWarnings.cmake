@@ -1,0 +1,11 @@
+# Warnings (errors in CI) and sanitizers, applied to every target we own.
+add_library(smb_build_flags INTERFACE)
+target_compile_options(smb_build_flags INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wconversion
+  -Wno-sign-conversion -Wold-style-cast -Wimplicit-fallthrough
+  $<$<BOOL:${SMB_WERROR}>:-Werror>)
+if(SMB_SANITIZE)
+  target_compile_options(smb_build_flags INTERFACE
+    -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  target_link_options(smb_build_flags INTERFACE -fsanitize=address,undefined)
+endif()

@@ -1,0 +1,157 @@
+#pragma once
+// libsmb: the client of the Soft Memory Box fabric.
+//
+// A Client connects to a set of smbd memory servers. A Buffer is a named
+// shared region striped over those servers (stripe i lives on server
+// i mod N), reachable from any process that knows the name.
+//
+// Visibility: a write is visible to every other client once write() returns,
+// or once the Request returned by write_async() has completed (wait() or
+// test() returned true). Reads issued after that see the data. Two writes
+// to overlapping bytes that are in flight at the same time land in no
+// defined order; atomics on one 8-byte word are atomic across all clients.
+#include <smb/error.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace smb {
+
+// How bytes move between a client and a server over UCX.
+//  rma: one-sided put/get/atomics (shared memory via CMA, InfiniBand/RoCE).
+//  am:  active messages that the server copies into its memory; faster where
+//       UCX only emulates RMA in software (TCP).
+//  automatic: rma when UCX's RMA lanes to that server are not emulated, else am.
+enum class DataProtocol { automatic, rma, am };
+
+struct ClientOptions {
+  // "host:port" of every memory server. Empty: read SMB_SERVERS.
+  std::vector<std::string> servers;
+  // Upper bound on any single wait (connect, control reply, data op).
+  std::chrono::milliseconds timeout{std::chrono::seconds(15)};
+  // Transport name; empty: SMB_TRANSPORT or "ucx".
+  std::string transport;
+  // Data protocol; unset: SMB_DATA_PROTOCOL (auto|rma|am) or automatic.
+  std::optional<DataProtocol> protocol;
+};
+
+struct BufferOptions {
+  std::uint64_t stripe_unit = 1u << 20;  // bytes per stripe, multiple of 8
+  // Servers to stripe over, as "host:port"; empty: all of the client's.
+  std::vector<std::string> servers;
+};
+
+// Where a buffer's bytes live.
+struct Layout {
+  std::string name;
+  std::uint64_t size = 0;
+  std::uint64_t stripe_unit = 0;
+  std::vector<std::string> servers;     // in stripe order
+  std::vector<std::uint64_t> shares;    // bytes held by each server
+};
+
+struct BufferSummary {
+  std::string name;
+  std::uint64_t bytes = 0;       // bytes held on that server
+  std::uint32_t open_handles = 0;
+};
+
+struct ServerStatus {
+  std::string address;
+  std::string transport;
+  std::uint64_t capacity = 0;
+  std::uint64_t used = 0;
+  std::uint64_t largest_free = 0;
+  bool huge_pages = false;
+  std::uint32_t clients = 0;
+  std::vector<BufferSummary> buffers;
+};
+
+// An asynchronous operation. Move-only; completes once.
+class Request {
+ public:
+  struct State;
+  Request() = default;
+  explicit Request(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  // Drives progress until done; throws smb::Error on failure or timeout.
+  void wait();
+  // Drives progress once; true when done (throws if it failed).
+  bool test();
+  bool valid() const noexcept { return static_cast<bool>(state_); }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class ClientCore;
+class BufferCore;
+
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(std::shared_ptr<BufferCore> core) : core_(std::move(core)) {}
+  ~Buffer();
+  Buffer(Buffer&&) noexcept = default;
+  Buffer& operator=(Buffer&&) noexcept = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  const std::string& name() const;
+  std::uint64_t size() const;
+  const Layout& layout() const;
+
+  void write(std::uint64_t offset, std::span<const std::byte> data);
+  void read(std::uint64_t offset, std::span<std::byte> out);
+  // The spans must stay valid until the Request completes.
+  Request write_async(std::uint64_t offset, std::span<const std::byte> data);
+  Request read_async(std::uint64_t offset, std::span<std::byte> out);
+
+  // 64-bit atomics on the word at `offset` (8-byte aligned); return the old value.
+  std::uint64_t fetch_add(std::uint64_t offset, std::uint64_t value);
+  std::uint64_t compare_swap(std::uint64_t offset, std::uint64_t expected, std::uint64_t desired);
+
+  // Releases this handle on every server (also done by the destructor).
+  void close();
+
+ private:
+  std::shared_ptr<BufferCore> core_;
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options = {});
+  ~Client();
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+
+  Buffer create(std::string_view name, std::uint64_t size, const BufferOptions& options = {});
+  Buffer open(std::string_view name);
+  // Opens the buffer, or creates it when nobody has yet (race-free).
+  Buffer open_or_create(std::string_view name, std::uint64_t size, const BufferOptions& options = {});
+  void destroy(std::string_view name);
+
+  std::vector<ServerStatus> status();
+  std::vector<Layout> list();
+  Layout info(std::string_view name);
+
+  const std::vector<std::string>& servers() const;
+  // One line per server: transport, data protocol and the UCX lanes chosen.
+  std::vector<std::string> describe_paths() const;
+
+ private:
+  std::shared_ptr<ClientCore> core_;
+};
+
+// Parses "64", "4K", "128M", "2G", "1T" (binary units). Throws smb::Error.
+std::uint64_t parse_size(std::string_view text);
+// Splits "h1:p1,h2:p2".
+std::vector<std::string> parse_server_list(std::string_view text);
+
+}  // namespace smb

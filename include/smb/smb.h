@@ -1,0 +1,49 @@
+/* Plain C API of libsmb, for FFI (Python ctypes/cffi, Caffe, other languages).
+ * Every function returns 0 on success or a positive smb_errc (see
+ * smb/error.hpp); smb_last_error() gives the message of the calling thread's
+ * last failure. Handles are opaque and must be released by their _close/_free. */
+#ifndef SMB_SMB_H
+#define SMB_SMB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct smb_client smb_client;
+typedef struct smb_buffer smb_buffer;
+typedef struct smb_request smb_request;
+
+/* servers: "h1:p1,h2:p2" or NULL for $SMB_SERVERS. timeout_ms: 0 for default. */
+int smb_client_connect(const char* servers, uint32_t timeout_ms, smb_client** out);
+void smb_client_free(smb_client* client);
+
+/* stripe_unit: 0 for the default (1 MiB). */
+int smb_buffer_create(smb_client* client, const char* name, uint64_t size,
+                      uint64_t stripe_unit, smb_buffer** out);
+int smb_buffer_open(smb_client* client, const char* name, smb_buffer** out);
+int smb_buffer_destroy(smb_client* client, const char* name);
+void smb_buffer_close(smb_buffer* buffer);
+uint64_t smb_buffer_size(const smb_buffer* buffer);
+
+int smb_write(smb_buffer* buffer, uint64_t offset, const void* data, size_t bytes);
+int smb_read(smb_buffer* buffer, uint64_t offset, void* out, size_t bytes);
+int smb_write_async(smb_buffer* buffer, uint64_t offset, const void* data, size_t bytes,
+                    smb_request** out);
+int smb_read_async(smb_buffer* buffer, uint64_t offset, void* out, size_t bytes,
+                   smb_request** out_request);
+/* Waits for and frees the request. */
+int smb_request_wait(smb_request* request);
+
+int smb_fetch_add(smb_buffer* buffer, uint64_t offset, uint64_t value, uint64_t* old_value);
+int smb_compare_swap(smb_buffer* buffer, uint64_t offset, uint64_t expected, uint64_t desired,
+                     uint64_t* old_value);
+
+const char* smb_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,71 @@
+// The public C++ API (include/smb/client.hpp) over ClientCore / BufferCore.
+#include "client_core.hpp"
+
+#include <thread>
+
+namespace smb {
+
+namespace {
+BufferCore& require(const std::shared_ptr<BufferCore>& core) {
+  if (!core) throw Error(Errc::invalid_argument, "operation on a closed or empty smb::Buffer");
+  return *core;
+}
+}  // namespace
+
+Buffer::~Buffer() = default;
+const std::string& Buffer::name() const { return require(core_).layout().name; }
+std::uint64_t Buffer::size() const { return require(core_).layout().size; }
+const Layout& Buffer::layout() const { return require(core_).layout(); }
+void Buffer::write(std::uint64_t offset, std::span<const std::byte> data) { write_async(offset, data).wait(); }
+void Buffer::read(std::uint64_t offset, std::span<std::byte> out) { read_async(offset, out).wait(); }
+Request Buffer::write_async(std::uint64_t offset, std::span<const std::byte> data) {
+  return require(core_).write(offset, data);
+}
+Request Buffer::read_async(std::uint64_t offset, std::span<std::byte> out) { return require(core_).read(offset, out); }
+std::uint64_t Buffer::fetch_add(std::uint64_t offset, std::uint64_t value) {
+  return require(core_).atomic(false, offset, value, 0);
+}
+std::uint64_t Buffer::compare_swap(std::uint64_t offset, std::uint64_t expected, std::uint64_t desired) {
+  return require(core_).atomic(true, offset, expected, desired);
+}
+void Buffer::close() {
+  if (core_) core_->close();
+  core_.reset();
+}
+
+Client::Client(ClientOptions options) : core_(std::make_shared<ClientCore>(std::move(options))) {}
+Client::~Client() = default;
+Client::Client(Client&&) noexcept = default;
+Client& Client::operator=(Client&&) noexcept = default;
+
+Buffer Client::create(std::string_view name, std::uint64_t size, const BufferOptions& options) {
+  return Buffer(core_->create(name, size, options));
+}
+Buffer Client::open(std::string_view name) { return Buffer(core_->open(name)); }
+
+Buffer Client::open_or_create(std::string_view name, std::uint64_t size, const BufferOptions& options) {
+  const auto deadline = std::chrono::steady_clock::now() + core_->timeout();
+  for (;;) {
+    try {
+      return create(name, size, options);
+    } catch (const Error& e) {
+      if (e.code() != Errc::already_exists) throw;
+    }
+    try {
+      return open(name);
+    } catch (const Error& e) {
+      // The creator may not have committed yet, or may have just destroyed it.
+      if (e.code() != Errc::not_found || std::chrono::steady_clock::now() > deadline) throw;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void Client::destroy(std::string_view name) { core_->destroy(name); }
+std::vector<ServerStatus> Client::status() { return core_->status(); }
+std::vector<Layout> Client::list() { return core_->list(); }
+Layout Client::info(std::string_view name) { return core_->info(name); }
+const std::vector<std::string>& Client::servers() const { return core_->servers(); }
+std::vector<std::string> Client::describe_paths() const { return core_->describe_paths(); }
+
+}  // namespace smb

@@ -1,0 +1,227 @@
+#include "client_core.hpp"
+
+#include "protocol/layout_codec.hpp"
+#include "protocol/striping.hpp"
+#include "util/parse.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+namespace smb {
+
+using protocol::Body;
+using protocol::MessageType;
+
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+DataProtocol protocol_from_env() {
+  const auto v = env_or("SMB_DATA_PROTOCOL", "auto");
+  if (v == "auto") return DataProtocol::automatic;
+  if (v == "rma") return DataProtocol::rma;
+  if (v == "am") return DataProtocol::am;
+  throw Error(Errc::invalid_argument, "SMB_DATA_PROTOCOL='" + v + "': expected auto, rma or am");
+}
+
+transport::SegmentDescriptor segment_from(const Body& reply, const std::string& context) {
+  transport::SegmentDescriptor d;
+  d.id = protocol::get_u64(reply, "segment_id", context);
+  d.address = protocol::get_u64(reply, "address", context);
+  d.length = protocol::get_u64(reply, "length", context);
+  d.remote_key = protocol::get_binary(reply, "rkey", context);
+  return d;
+}
+
+}  // namespace
+
+ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
+  if (options_.servers.empty()) {
+    const char* env = std::getenv("SMB_SERVERS");
+    if (env == nullptr || *env == '\0')
+      throw Error(Errc::invalid_argument,
+                  "no memory servers given: pass them explicitly or set SMB_SERVERS=host:port,host:port");
+    options_.servers = parse_server_list(env);
+  }
+  for (auto& s : options_.servers) s = util::parse_host_port(s).str();
+  if (options_.timeout.count() <= 0) throw Error(Errc::invalid_argument, "client timeout must be positive");
+  if (options_.transport.empty()) options_.transport = env_or("SMB_TRANSPORT", "ucx");
+  protocol_ = options_.protocol ? *options_.protocol : protocol_from_env();
+  sorted_servers_ = options_.servers;
+  std::sort(sorted_servers_.begin(), sorted_servers_.end());
+  sorted_servers_.erase(std::unique(sorted_servers_.begin(), sorted_servers_.end()), sorted_servers_.end());
+  transport_ = transport::make_client_transport(options_.transport);
+  for (const auto& s : sorted_servers_) link(s);  // fail fast on a wrong address
+}
+
+ClientCore::~ClientCore() {
+  std::lock_guard lock(links_mutex_);
+  for (auto& [name, l] : links_) l.channel.reset();  // before the transport goes
+}
+
+client::ServerLink& ClientCore::link(const std::string& server) {
+  std::lock_guard lock(links_mutex_);
+  if (auto it = links_.find(server); it != links_.end()) return it->second;
+  client::ServerLink l;
+  l.control = std::make_unique<client::ControlConnection>(server, options_.timeout);
+  auto hello = l.control->call(MessageType::hello,
+                               {{"client", "libsmb"},
+                                {"transport", transport_->name()},
+                                {"address", protocol::binary(transport_->address())}});
+  l.channel = transport_->connect(protocol::get_binary(hello, "address", "hello"), server, protocol_);
+  return links_.emplace(server, std::move(l)).first->second;
+}
+
+const std::string& ClientCore::home_of(std::string_view name) const {
+  return sorted_servers_[protocol::home_server_index(name, sorted_servers_)];
+}
+
+std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::uint64_t size,
+                                               const BufferOptions& options) {
+  const std::string name(name_view);
+  protocol::validate_name(name);
+  const std::string context = "create buffer '" + name + "'";
+  if (size == 0) throw Error(Errc::invalid_argument, context + ": size must be greater than zero");
+  if (options.stripe_unit == 0 || options.stripe_unit % 8 != 0)
+    throw Error(Errc::invalid_argument, context + ": stripe unit " + std::to_string(options.stripe_unit) +
+                                            " must be a positive multiple of 8");
+  Layout layout{name, size, options.stripe_unit, {}, {}};
+  if (options.servers.empty()) {
+    layout.servers = sorted_servers_;
+  } else {
+    for (const auto& s : options.servers) layout.servers.push_back(util::parse_host_port(s).str());
+  }
+  protocol::StripeGeometry g{size, options.stripe_unit, static_cast<std::uint32_t>(layout.servers.size())};
+  for (std::uint32_t i = 0; i < g.servers; ++i) layout.shares.push_back(g.share(i));
+
+  auto& home = link(home_of(name));
+  home.control->call(MessageType::reserve_name, {{"name", name}, {"layout", protocol::layout_to_body(layout)}});
+  std::vector<std::string> allocated;
+  std::vector<transport::SegmentDescriptor> descriptors(layout.servers.size());
+  try {
+    for (std::size_t i = 0; i < layout.servers.size(); ++i) {
+      if (layout.shares[i] == 0) continue;
+      auto reply = link(layout.servers[i]).control->call(MessageType::alloc_segment,
+                                                          {{"name", name}, {"length", layout.shares[i]}});
+      allocated.push_back(layout.servers[i]);
+      descriptors[i] = segment_from(reply, "alloc_segment");
+    }
+    home.control->call(MessageType::commit_layout, {{"name", name}});
+  } catch (const Error& e) {
+    // Undo: no half-created buffer may keep the name or the memory.
+    for (const auto& s : allocated) {
+      try {
+        link(s).control->call(MessageType::destroy, {{"name", name}});
+      } catch (const Error&) {
+      }
+    }
+    try {
+      home.control->call(MessageType::abandon_name, {{"name", name}});
+    } catch (const Error&) {
+    }
+    throw Error(e.code(), context + ": " + e.what());
+  }
+  return attach(layout, descriptors);
+}
+
+std::shared_ptr<BufferCore> ClientCore::attach(const Layout& layout,
+                                               const std::vector<transport::SegmentDescriptor>& descriptors) {
+  std::vector<std::unique_ptr<transport::RemoteSegment>> segments(layout.servers.size());
+  for (std::size_t i = 0; i < layout.servers.size(); ++i) {
+    if (layout.shares[i] == 0) continue;
+    const auto& d = descriptors[i];
+    if (d.length != layout.shares[i])
+      throw Error(Errc::protocol, "server " + layout.servers[i] + ": segment of '" + layout.name + "' is " +
+                                      std::to_string(d.length) + " bytes, its layout says " +
+                                      std::to_string(layout.shares[i]));
+    segments[i] = link(layout.servers[i]).channel->attach(d);
+  }
+  return std::make_shared<BufferCore>(shared_from_this(), layout, std::move(segments));
+}
+
+std::shared_ptr<BufferCore> ClientCore::open(std::string_view name_view) {
+  const std::string name(name_view);
+  protocol::validate_name(name);
+  auto reply = link(home_of(name)).control->call(MessageType::get_layout, {{"name", name}});
+  const auto layout = protocol::layout_from_body(reply["layout"], "get_layout");
+  std::vector<transport::SegmentDescriptor> descriptors(layout.servers.size());
+  for (std::size_t i = 0; i < layout.servers.size(); ++i) {
+    if (layout.shares[i] == 0) continue;
+    auto r = link(layout.servers[i]).control->call(MessageType::open_segment, {{"name", name}});
+    descriptors[i] = segment_from(r, "open_segment");
+  }
+  return attach(layout, descriptors);
+}
+
+void ClientCore::destroy(std::string_view name_view) {
+  const std::string name(name_view);
+  protocol::validate_name(name);
+  auto& home = link(home_of(name));
+  auto reply = home.control->call(MessageType::get_layout, {{"name", name}});
+  const auto layout = protocol::layout_from_body(reply["layout"], "get_layout");
+  for (std::size_t i = 0; i < layout.servers.size(); ++i) {
+    if (layout.shares[i] == 0 && layout.servers[i] != home_of(name)) continue;
+    try {
+      link(layout.servers[i]).control->call(MessageType::destroy, {{"name", name}});
+    } catch (const Error& e) {
+      if (e.code() != Errc::not_found) throw;
+    }
+  }
+  try {
+    home.control->call(MessageType::destroy, {{"name", name}});  // the record, if home holds no share
+  } catch (const Error& e) {
+    if (e.code() != Errc::not_found) throw;
+  }
+}
+
+std::vector<ServerStatus> ClientCore::status() {
+  std::vector<ServerStatus> out;
+  for (const auto& s : sorted_servers_) {
+    auto r = link(s).control->call(MessageType::stat, Body::object());
+    ServerStatus st;
+    st.address = s;
+    st.transport = protocol::get_string(r, "transport", "stat");
+    st.capacity = protocol::get_u64(r, "capacity", "stat");
+    st.used = protocol::get_u64(r, "used", "stat");
+    st.largest_free = protocol::get_u64(r, "largest_free", "stat");
+    st.huge_pages = protocol::get_bool(r, "huge_pages", "stat");
+    st.clients = static_cast<std::uint32_t>(protocol::get_u64(r, "clients", "stat"));
+    for (const auto& b : r.value("buffers", Body::array()))
+      st.buffers.push_back(BufferSummary{protocol::get_string(b, "name", "stat"), protocol::get_u64(b, "bytes", "stat"),
+                                         static_cast<std::uint32_t>(protocol::get_u64(b, "open_handles", "stat"))});
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+std::vector<Layout> ClientCore::list() {
+  std::vector<Layout> out;
+  for (const auto& s : sorted_servers_) {
+    auto r = link(s).control->call(MessageType::list_layouts, Body::object());
+    for (const auto& l : r.value("layouts", Body::array())) out.push_back(protocol::layout_from_body(l, "list"));
+  }
+  std::sort(out.begin(), out.end(), [](const Layout& a, const Layout& b) { return a.name < b.name; });
+  return out;
+}
+
+Layout ClientCore::info(std::string_view name_view) {
+  const std::string name(name_view);
+  protocol::validate_name(name);
+  auto reply = link(home_of(name)).control->call(MessageType::get_layout, {{"name", name}});
+  return protocol::layout_from_body(reply["layout"], "get_layout");
+}
+
+std::vector<std::string> ClientCore::describe_paths() {
+  std::lock_guard lock(links_mutex_);
+  std::vector<std::string> out;
+  for (const auto& [server, l] : links_) out.push_back(server + ": " + l.channel->describe());
+  return out;
+}
+
+}  // namespace smb

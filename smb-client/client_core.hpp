@@ -1,0 +1,86 @@
+#pragma once
+// The state behind smb::Client: one ServerLink (control connection + data
+// channel) per memory server, and the buffer-level control flows
+// (create/open/destroy) that span servers.
+#include "control_connection.hpp"
+#include "transport/transport.hpp"
+
+#include <smb/client.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace smb {
+
+namespace client {
+struct ServerLink {
+  std::unique_ptr<ControlConnection> control;
+  std::unique_ptr<transport::Channel> channel;
+};
+}  // namespace client
+
+class ClientCore : public std::enable_shared_from_this<ClientCore> {
+ public:
+  explicit ClientCore(ClientOptions options);
+  ~ClientCore();
+
+  std::shared_ptr<BufferCore> create(std::string_view name, std::uint64_t size, const BufferOptions& options);
+  std::shared_ptr<BufferCore> open(std::string_view name);
+  void destroy(std::string_view name);
+  std::vector<ServerStatus> status();
+  std::vector<Layout> list();
+  Layout info(std::string_view name);
+  std::vector<std::string> describe_paths();
+
+  // Connects on first use, so a layout may name servers this client was not given.
+  client::ServerLink& link(const std::string& server);
+  const std::string& home_of(std::string_view name) const;
+  transport::ClientTransport& transport() { return *transport_; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+  const std::vector<std::string>& servers() const { return sorted_servers_; }
+
+ private:
+  std::shared_ptr<BufferCore> attach(const Layout& layout,
+                                     const std::vector<transport::SegmentDescriptor>& descriptors);
+
+  ClientOptions options_;
+  DataProtocol protocol_ = DataProtocol::automatic;
+  std::vector<std::string> sorted_servers_;
+  std::unique_ptr<transport::ClientTransport> transport_;
+  std::mutex links_mutex_;
+  std::map<std::string, client::ServerLink> links_;
+};
+
+class BufferCore {
+ public:
+  BufferCore(std::shared_ptr<ClientCore> client, Layout layout,
+             std::vector<std::unique_ptr<transport::RemoteSegment>> segments);
+  ~BufferCore();
+
+  const Layout& layout() const { return layout_; }
+  Request write(std::uint64_t offset, std::span<const std::byte> data);
+  Request read(std::uint64_t offset, std::span<std::byte> out);
+  std::uint64_t atomic(bool compare_swap, std::uint64_t offset, std::uint64_t a, std::uint64_t b);
+  void close();
+
+ private:
+  std::string describe(const char* op, std::uint64_t offset, std::uint64_t length) const;
+  void check_range(const char* op, std::uint64_t offset, std::uint64_t length) const;
+
+  std::shared_ptr<ClientCore> client_;
+  Layout layout_;
+  std::vector<std::unique_ptr<transport::RemoteSegment>> segments_;  // per layout server; null: no share
+  std::vector<transport::Channel*> channels_;
+  std::once_flag closed_;
+};
+
+struct Request::State {
+  std::shared_ptr<ClientCore> client;
+  transport::CompletionPtr completion;
+  std::chrono::steady_clock::time_point deadline;
+  std::string what;  // "buffer 'x': write of N bytes at offset O"
+  std::uint64_t result = 0;  // atomics: the old value
+};
+
+}  // namespace smb

@@ -1,0 +1,74 @@
+#include "control_connection.hpp"
+
+#include "util/parse.hpp"
+
+namespace smb::client {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+template <class Start>
+void ControlConnection::run_bounded(const std::string& what, Start start) {
+  boost::system::error_code result = asio::error::would_block;
+  io_.restart();
+  start([&result](const boost::system::error_code& ec, auto&&...) { result = ec; });
+  io_.run_for(timeout_);
+  if (result == asio::error::would_block) {
+    broken_ = true;
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    io_.restart();
+    io_.run();  // let the cancelled handler run before `result` goes out of scope
+    throw Error(Errc::timeout, "server " + peer_ + ": " + what + ": no answer within " +
+                                   std::to_string(timeout_.count()) + " ms");
+  }
+  if (result) {
+    broken_ = true;
+    const bool refused = result == asio::error::connection_refused || result == asio::error::host_unreachable;
+    throw Error(refused ? Errc::unreachable : Errc::server_gone,
+                "server " + peer_ + ": " + what + ": " + result.message() +
+                    (refused ? " (is smbd running there? check SMB_SERVERS / --servers)" : ""));
+  }
+}
+
+ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds timeout)
+    : peer_(std::move(peer)), timeout_(timeout), socket_(io_) {
+  const auto hp = util::parse_host_port(peer_);
+  tcp::resolver resolver(io_);
+  boost::system::error_code ec;
+  auto endpoints = resolver.resolve(hp.host, std::to_string(hp.port), ec);
+  if (ec) throw Error(Errc::unreachable, "server " + peer_ + ": cannot resolve host: " + ec.message());
+  run_bounded("connect", [&](auto handler) { asio::async_connect(socket_, endpoints, handler); });
+  socket_.set_option(tcp::no_delay(true));
+}
+
+protocol::Body ControlConnection::call(protocol::MessageType type, const protocol::Body& request) {
+  std::lock_guard lock(mutex_);
+  const auto raw_type = static_cast<std::uint16_t>(type);
+  const std::string what = protocol::message_name(raw_type);
+  if (broken_) throw Error(Errc::server_gone, "server " + peer_ + ": " + what + ": connection lost earlier");
+  const std::uint32_t id = next_request_++;
+  const auto frame = protocol::encode_frame(raw_type, id, request);
+  run_bounded(what, [&](auto handler) { asio::async_write(socket_, asio::buffer(frame), handler); });
+
+  std::array<std::uint8_t, protocol::kHeaderSize> head{};
+  run_bounded(what, [&](auto handler) { asio::async_read(socket_, asio::buffer(head), handler); });
+  protocol::Header header;
+  try {
+    header = protocol::decode_header(head);
+  } catch (const Error& e) {
+    broken_ = true;
+    throw Error(Errc::protocol, "server " + peer_ + ": " + what + ": " + e.what());
+  }
+  std::vector<std::uint8_t> body(header.body_length);
+  run_bounded(what, [&](auto handler) { asio::async_read(socket_, asio::buffer(body), handler); });
+  if (header.type != (raw_type | protocol::kReplyBit) || header.request_id != id) {
+    broken_ = true;
+    throw Error(Errc::protocol, "server " + peer_ + ": " + what + ": reply does not match the request");
+  }
+  auto reply = protocol::decode_body(body);
+  protocol::throw_if_error(reply, "server " + peer_ + ": " + what);
+  return reply;
+}
+
+}  // namespace smb::client

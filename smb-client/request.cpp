@@ -1,0 +1,29 @@
+#include "client_core.hpp"
+
+namespace smb {
+
+bool Request::test() {
+  if (!state_) throw Error(Errc::invalid_argument, "test() on an empty smb::Request");
+  if (!state_->completion->done()) state_->client->transport().progress();
+  if (!state_->completion->done()) return false;
+  try {
+    state_->completion->throw_if_failed();
+  } catch (const Error& e) {
+    throw Error(e.code(), state_->what + ": " + e.what());
+  }
+  return true;
+}
+
+void Request::wait() {
+  if (!state_) throw Error(Errc::invalid_argument, "wait() on an empty smb::Request");
+  while (!test()) {
+    if (std::chrono::steady_clock::now() > state_->deadline) {
+      state_->client->transport().abandon(*state_->completion);
+      throw Error(Errc::timeout, state_->what + ": not completed within " +
+                                     std::to_string(state_->client->timeout().count()) +
+                                     " ms (a server is unresponsive or gone)");
+    }
+  }
+}
+
+}  // namespace smb

@@ -1,0 +1,54 @@
+#include "protocol/layout_codec.hpp"
+
+#include "protocol/striping.hpp"
+#include "util/parse.hpp"
+
+#include <xxhash.h>
+
+namespace smb::protocol {
+
+Body layout_to_body(const Layout& layout) {
+  return Body{{"name", layout.name},
+              {"size", layout.size},
+              {"stripe_unit", layout.stripe_unit},
+              {"servers", layout.servers},
+              {"shares", layout.shares}};
+}
+
+Layout layout_from_body(const Body& body, std::string_view what) {
+  if (!body.is_object()) throw Error(Errc::protocol, std::string(what) + ": layout is not a map");
+  Layout l;
+  l.name = get_string(body, "name", what);
+  validate_name(l.name);
+  l.size = get_u64(body, "size", what);
+  l.stripe_unit = get_u64(body, "stripe_unit", what);
+  auto servers = body.find("servers");
+  auto shares = body.find("shares");
+  if (servers == body.end() || !servers->is_array() || shares == body.end() || !shares->is_array())
+    throw Error(Errc::protocol, std::string(what) + ": layout lacks servers or shares arrays");
+  if (servers->empty() || servers->size() > kMaxServersPerBuffer || servers->size() != shares->size())
+    throw Error(Errc::protocol, std::string(what) + ": layout has a bad number of servers or shares");
+  if (l.size == 0 || l.stripe_unit == 0)
+    throw Error(Errc::protocol, std::string(what) + ": layout has zero size or stripe unit");
+  StripeGeometry g{l.size, l.stripe_unit, static_cast<std::uint32_t>(servers->size())};
+  for (std::size_t i = 0; i < servers->size(); ++i) {
+    const auto& s = (*servers)[i];
+    const auto& b = (*shares)[i];
+    if (!s.is_string() || !b.is_number_unsigned())
+      throw Error(Errc::protocol, std::string(what) + ": layout entry " + std::to_string(i) + " is malformed");
+    l.servers.push_back(util::parse_host_port(s.get<std::string>()).str());
+    l.shares.push_back(b.get<std::uint64_t>());
+    if (l.shares.back() != g.share(static_cast<std::uint32_t>(i)))
+      throw Error(Errc::protocol, std::string(what) + ": layout share of server " + std::to_string(i) +
+                                      " does not match its geometry");
+  }
+  return l;
+}
+
+std::size_t home_server_index(std::string_view name, const std::vector<std::string>& sorted_servers) {
+  if (sorted_servers.empty()) return 0;
+  const auto h = XXH64(name.data(), name.size(), /*seed=*/0x534d42);
+  return static_cast<std::size_t>(h % sorted_servers.size());
+}
+
+}  // namespace smb::protocol

@@ -1,0 +1,150 @@
+#include "protocol/messages.hpp"
+
+#include <cstring>
+
+namespace smb::protocol {
+namespace {
+
+void put_le(std::uint8_t* out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<std::uint8_t>(value >> (8 * i));
+}
+std::uint64_t get_le(const std::uint8_t* in, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return v;
+}
+
+[[noreturn]] void bad_field(std::string_view what, const char* field, const char* expected) {
+  throw Error(Errc::protocol,
+              std::string(what) + ": field '" + field + "' is missing or not " + expected);
+}
+
+}  // namespace
+
+const char* message_name(std::uint16_t type) {
+  switch (static_cast<MessageType>(type & ~kReplyBit)) {
+    case MessageType::hello: return "hello";
+    case MessageType::reserve_name: return "reserve_name";
+    case MessageType::commit_layout: return "commit_layout";
+    case MessageType::get_layout: return "get_layout";
+    case MessageType::alloc_segment: return "alloc_segment";
+    case MessageType::open_segment: return "open_segment";
+    case MessageType::close_segment: return "close_segment";
+    case MessageType::destroy: return "destroy";
+    case MessageType::stat: return "stat";
+    case MessageType::list_layouts: return "list_layouts";
+    case MessageType::abandon_name: return "abandon_name";
+  }
+  return "unknown";
+}
+
+std::array<std::uint8_t, kHeaderSize> encode_header(const Header& h) {
+  std::array<std::uint8_t, kHeaderSize> out{};
+  put_le(out.data(), kMagic, 4);
+  put_le(out.data() + 4, h.version, 2);
+  put_le(out.data() + 6, h.type, 2);
+  put_le(out.data() + 8, h.request_id, 4);
+  put_le(out.data() + 12, h.body_length, 4);
+  return out;
+}
+
+Header decode_header(std::span<const std::uint8_t, kHeaderSize> bytes) {
+  if (get_le(bytes.data(), 4) != kMagic)
+    throw Error(Errc::protocol, "bad frame magic: the peer does not speak the SMB control protocol");
+  Header h;
+  h.version = static_cast<std::uint16_t>(get_le(bytes.data() + 4, 2));
+  h.type = static_cast<std::uint16_t>(get_le(bytes.data() + 6, 2));
+  h.request_id = static_cast<std::uint32_t>(get_le(bytes.data() + 8, 4));
+  h.body_length = static_cast<std::uint32_t>(get_le(bytes.data() + 12, 4));
+  if (h.version != kVersion)
+    throw Error(Errc::protocol, "control protocol version " + std::to_string(h.version) +
+                                    " is not supported (this build speaks version " +
+                                    std::to_string(kVersion) + ")");
+  if (h.body_length > kMaxBodySize)
+    throw Error(Errc::protocol, "frame body of " + std::to_string(h.body_length) +
+                                    " bytes exceeds the limit of " + std::to_string(kMaxBodySize));
+  return h;
+}
+
+Bytes encode_frame(std::uint16_t type, std::uint32_t request_id, const Body& body) {
+  Bytes payload = Body::to_msgpack(body);
+  if (payload.size() > kMaxBodySize)
+    throw Error(Errc::invalid_argument, std::string("control message ") + message_name(type) +
+                                            " is too large (" + std::to_string(payload.size()) +
+                                            " bytes)");
+  Header h{kVersion, type, request_id, static_cast<std::uint32_t>(payload.size())};
+  auto head = encode_header(h);
+  Bytes frame(head.begin(), head.end());
+  frame.insert(frame.end(), payload.begin(), payload.end());
+  return frame;
+}
+
+Body decode_body(std::span<const std::uint8_t> bytes) {
+  Body body = Body::from_msgpack(bytes.begin(), bytes.end(), /*strict=*/true, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object())
+    throw Error(Errc::protocol, "control message body is not a valid MessagePack map");
+  return body;
+}
+
+std::string get_string(const Body& body, const char* field, std::string_view what) {
+  auto it = body.find(field);
+  if (it == body.end() || !it->is_string()) bad_field(what, field, "a string");
+  return it->get<std::string>();
+}
+
+std::uint64_t get_u64(const Body& body, const char* field, std::string_view what) {
+  auto it = body.find(field);
+  if (it == body.end() || !it->is_number_unsigned()) bad_field(what, field, "an unsigned integer");
+  return it->get<std::uint64_t>();
+}
+
+Bytes get_binary(const Body& body, const char* field, std::string_view what) {
+  auto it = body.find(field);
+  if (it == body.end() || !it->is_binary()) bad_field(what, field, "binary");
+  const auto& bin = it->get_binary();
+  return Bytes(bin.begin(), bin.end());
+}
+
+bool get_bool(const Body& body, const char* field, std::string_view what) {
+  auto it = body.find(field);
+  if (it == body.end() || !it->is_boolean()) bad_field(what, field, "a boolean");
+  return it->get<bool>();
+}
+
+void validate_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxNameLength)
+    throw Error(Errc::invalid_argument, "buffer name '" + std::string(name.substr(0, 64)) +
+                                            "' must be 1 to " + std::to_string(kMaxNameLength) +
+                                            " characters long");
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    std::strchr("._:/@+-", c) != nullptr;
+    if (!ok || c == '\0')
+      throw Error(Errc::invalid_argument, "buffer name '" + std::string(name) +
+                                              "' has a character outside [A-Za-z0-9._:/@+-]");
+  }
+}
+
+Body ok_reply(Body fields) {
+  fields["ok"] = true;
+  return fields;
+}
+
+Body error_reply(Errc code, const std::string& message) {
+  return Body{{"ok", false}, {"errc", static_cast<int>(code)}, {"error", message}};
+}
+
+void throw_if_error(const Body& reply, const std::string& context) {
+  auto ok = reply.find("ok");
+  if (ok == reply.end() || !ok->is_boolean())
+    throw Error(Errc::protocol, context + ": reply has no 'ok' field");
+  if (ok->get<bool>()) return;
+  int code = reply.value("errc", static_cast<int>(Errc::internal));
+  if (code <= 0 || code > static_cast<int>(Errc::internal)) code = static_cast<int>(Errc::internal);
+  std::string message = reply.contains("error") && reply["error"].is_string()
+                            ? reply["error"].get<std::string>()
+                            : std::string("unspecified error");
+  throw Error(static_cast<Errc>(code), context + ": " + message);
+}
+
+}  // namespace smb::protocol

@@ -1,0 +1,80 @@
+#pragma once
+// Control-plane wire format (TCP, both directions).
+//
+//   frame  = header (16 bytes, little endian) + body (body_length bytes)
+//   header = magic u32 "SMB1" | version u16 | type u16 | request_id u32 | body_length u32
+//   body   = a MessagePack map (nlohmann::json), checked field by field on receipt.
+//
+// Replies carry the request's type with kReplyBit set and the same request_id;
+// their body has "ok" and, on failure, "errc" and "error".
+#include <smb/error.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace smb::protocol {
+
+using Body = nlohmann::json;
+using Bytes = std::vector<std::uint8_t>;
+
+inline constexpr std::uint32_t kMagic = 0x31424d53;  // "SMB1"
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::size_t kHeaderSize = 16;
+inline constexpr std::uint32_t kMaxBodySize = 1u << 20;
+inline constexpr std::uint16_t kReplyBit = 0x8000;
+inline constexpr std::size_t kMaxNameLength = 200;
+
+enum class MessageType : std::uint16_t {
+  hello = 1,           // {client, transport, address(bin)} -> {server, transport, address(bin), capacity}
+  reserve_name = 2,    // home server: {name, layout(bin)} -> {}
+  commit_layout = 3,   // home server: {name} -> {}
+  get_layout = 4,      // home server: {name} -> {layout(bin)}
+  alloc_segment = 5,   // {name, length} -> segment
+  open_segment = 6,    // {name} -> segment
+  close_segment = 7,   // {name} -> {}
+  destroy = 8,         // {name} -> {} (drops the segment and, on the home, the record)
+  stat = 9,            // {} -> {capacity, used, largest_free, huge_pages, clients, buffers[]}
+  list_layouts = 10,   // {} -> {layouts: [bin]}
+  abandon_name = 11,   // home server: {name} -> {} (undo a reservation)
+};
+
+const char* message_name(std::uint16_t type);
+
+struct Header {
+  std::uint16_t version = kVersion;
+  std::uint16_t type = 0;
+  std::uint32_t request_id = 0;
+  std::uint32_t body_length = 0;
+};
+
+std::array<std::uint8_t, kHeaderSize> encode_header(const Header& header);
+// Throws Error(protocol) on a bad magic, version or length.
+Header decode_header(std::span<const std::uint8_t, kHeaderSize> bytes);
+
+Bytes encode_frame(std::uint16_t type, std::uint32_t request_id, const Body& body);
+// Throws Error(protocol) unless bytes are one MessagePack map.
+Body decode_body(std::span<const std::uint8_t> bytes);
+
+// Field accessors that validate type and presence; `what` names the message.
+std::string get_string(const Body& body, const char* field, std::string_view what);
+std::uint64_t get_u64(const Body& body, const char* field, std::string_view what);
+Bytes get_binary(const Body& body, const char* field, std::string_view what);
+bool get_bool(const Body& body, const char* field, std::string_view what);
+
+inline Body binary(Bytes bytes) { return Body::binary(std::move(bytes)); }
+
+// Buffer names: 1-200 characters of [A-Za-z0-9._:/@+-]. Throws invalid_argument.
+void validate_name(std::string_view name);
+
+Body ok_reply(Body fields = Body::object());
+Body error_reply(Errc code, const std::string& message);
+// Throws the Error a reply carries; `context` prefixes its message.
+void throw_if_error(const Body& reply, const std::string& context);
+
+}  // namespace smb::protocol

@@ -1,0 +1,33 @@
+#pragma once
+// Striping arithmetic: how a buffer's byte range maps onto its servers.
+// Stripe k (bytes [k*U, (k+1)*U)) lives on server k mod N at local offset
+// (k div N) * U, so each server's share is one contiguous segment.
+#include <cstdint>
+#include <vector>
+
+namespace smb::protocol {
+
+struct StripeGeometry {
+  std::uint64_t size = 0;         // buffer bytes
+  std::uint64_t stripe_unit = 0;  // bytes per stripe
+  std::uint32_t servers = 0;      // N
+
+  // Bytes server `index` holds.
+  std::uint64_t share(std::uint32_t index) const;
+};
+
+// One contiguous piece of a user request that lands on one server.
+struct StripePiece {
+  std::uint32_t server = 0;        // index into the layout's server list
+  std::uint64_t local_offset = 0;  // offset inside that server's segment
+  std::uint64_t request_offset = 0;  // offset inside the caller's span
+  std::uint64_t length = 0;
+};
+
+// Splits [offset, offset+length) into per-server pieces. Pieces that are
+// contiguous both on the server and in the caller's span are merged.
+// Precondition (checked by callers): offset + length <= geometry.size.
+std::vector<StripePiece> split_range(const StripeGeometry& geometry, std::uint64_t offset,
+                                     std::uint64_t length);
+
+}  // namespace smb::protocol

@@ -1,0 +1,114 @@
+#pragma once
+// The transport abstractions. Each transport (UCX today, native verbs next)
+// implements the same four pieces, so the server and the client never see
+// which one they run on:
+//
+//   ServerTransport  the daemon's side: registers segments (one registration
+//                    and remote key each), runs the progress loop, and serves
+//                    server-assisted ops against a SegmentResolver.
+//   Registration     one registered segment; its packed remote key grants
+//                    access to that segment only.
+//   ClientTransport  a client's side: owns the local progress engine and
+//                    opens one Channel per server.
+//   Channel          the data path to one server: put/get/atomics on a
+//                    RemoteSegment, each reporting to a Completion.
+#include "transport/completion.hpp"
+
+#include <smb/client.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace smb::transport {
+
+using Bytes = std::vector<std::uint8_t>;
+
+class Registration {
+ public:
+  virtual ~Registration() = default;
+  virtual const Bytes& remote_key() const = 0;
+};
+
+// What the server tells a client about one segment.
+struct SegmentDescriptor {
+  std::uint64_t id = 0;       // server-local segment id
+  std::uint64_t address = 0;  // remote virtual address of the segment's first byte
+  std::uint64_t length = 0;
+  Bytes remote_key;
+};
+
+// Server side: the memory behind a segment id, kept alive by `owner` while a
+// server-assisted op uses it.
+struct SegmentAccess {
+  std::shared_ptr<const void> owner;
+  std::byte* base = nullptr;
+  std::uint64_t length = 0;
+};
+using SegmentResolver = std::function<std::optional<SegmentAccess>(std::uint64_t id)>;
+
+class ServerTransport {
+ public:
+  virtual ~ServerTransport() = default;
+  virtual std::string name() const = 0;
+  // Connection information clients need (e.g. a UCX worker address).
+  virtual const Bytes& address() const = 0;
+  virtual std::unique_ptr<Registration> register_memory(void* base, std::size_t length) = 0;
+  // Starts the progress thread; server-assisted ops resolve segments through `resolver`.
+  virtual void start(SegmentResolver resolver) = 0;
+  virtual void stop() = 0;
+};
+
+// A segment attached on the client side (an unpacked remote key).
+class RemoteSegment {
+ public:
+  virtual ~RemoteSegment() = default;
+  virtual const SegmentDescriptor& descriptor() const = 0;
+};
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  // e.g. "ucx rma via cma/memory" — shown to users so they know the path taken.
+  virtual std::string describe() const = 0;
+  virtual std::unique_ptr<RemoteSegment> attach(const SegmentDescriptor& segment) = 0;
+
+  // Each op calls completion->finish() exactly once. The caller has called
+  // completion->expect() and keeps the memory valid until then. Offsets are
+  // relative to the segment and already bounds-checked by the caller.
+  // put completes when the data is visible to others at the server.
+  virtual void put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
+                   const CompletionPtr& completion) = 0;
+  virtual void get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::size_t length,
+                   const CompletionPtr& completion) = 0;
+  virtual void fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value,
+                         std::uint64_t* old_value, const CompletionPtr& completion) = 0;
+  virtual void compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
+                            std::uint64_t desired, std::uint64_t* old_value,
+                            const CompletionPtr& completion) = 0;
+};
+
+class ClientTransport {
+ public:
+  virtual ~ClientTransport() = default;
+  virtual std::string name() const = 0;
+  virtual const Bytes& address() const = 0;
+  // `peer` names the server in messages ("127.0.0.1:7000").
+  virtual std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
+                                           DataProtocol protocol) = 0;
+  // Drives every channel's outstanding ops; safe from any thread.
+  virtual void progress() = 0;
+  // Forgets the ops of a completion that timed out, so that a late reply can
+  // no longer write into the caller's memory.
+  virtual void abandon(const Completion& completion) = 0;
+};
+
+std::unique_ptr<ServerTransport> make_server_transport(std::string_view name);
+std::unique_ptr<ClientTransport> make_client_transport(std::string_view name);
+
+}  // namespace smb::transport

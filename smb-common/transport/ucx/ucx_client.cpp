@@ -1,0 +1,382 @@
+#include "transport/ucx/ucx_client.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace smb::transport::ucx {
+namespace {
+
+// Heap state of an RMA/atomic op, owned by UCX between issue and callback.
+struct OpContext {
+  CompletionPtr completion;
+  std::uint64_t operand = 0;
+  std::string what;
+};
+
+void finish_op(void* user_data, ucs_status_t status) {
+  std::unique_ptr<OpContext> ctx(static_cast<OpContext*>(user_data));
+  if (status == UCS_OK)
+    ctx->completion->finish();
+  else
+    ctx->completion->finish(status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT
+                                ? Errc::server_gone
+                                : Errc::transport,
+                            ctx->what + ": UCX error: " + ucs_status_string(status));
+}
+void send_done(void* /*request*/, ucs_status_t status, void* user_data) { finish_op(user_data, status); }
+
+// Hands `ctx` to UCX for the op that returned `request`, or completes it now.
+void track(ucs_status_ptr_t request, std::unique_ptr<OpContext> ctx) {
+  if (request == nullptr) {
+    ctx->completion->finish();
+  } else if (UCS_PTR_IS_ERR(request)) {
+    finish_op(ctx.release(), UCS_PTR_STATUS(request));
+  } else {
+    ucp_request_free(request);  // the callback still fires
+    (void)ctx.release();
+  }
+}
+
+ucp_request_param_t callback_param(OpContext* ctx) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = send_done;
+  p.user_data = ctx;
+  return p;
+}
+
+// Send-side state of an "am" op: the header must outlive the send.
+struct AmSendContext {
+  AmRequestHeader header{};
+  UcxClientTransport* transport = nullptr;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- transport
+
+UcxClientTransport::UcxClientTransport()
+    : context_(make_context("libsmb")),
+      worker_(make_worker(context_.get(), UCS_THREAD_MODE_SERIALIZED)),
+      address_(worker_address(worker_.get())) {
+  ucp_am_handler_param_t param{};
+  param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                     UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  param.id = kAmReply;
+  param.cb = &UcxClientTransport::on_reply;
+  param.arg = this;
+  param.flags = UCP_AM_FLAG_WHOLE_MSG;
+  check_ucx(ucp_worker_set_am_recv_handler(worker_.get(), &param), "libsmb: installing AM handler");
+}
+
+UcxClientTransport::~UcxClientTransport() = default;
+
+std::unique_ptr<Channel> UcxClientTransport::connect(const Bytes& server_address, const std::string& peer,
+                                                     DataProtocol protocol) {
+  return std::make_unique<UcxChannel>(*this, server_address, peer, protocol);
+}
+
+void UcxClientTransport::progress() {
+  unsigned events;
+  {
+    std::lock_guard lock(mutex_);
+    events = ucp_worker_progress(worker_.get());
+  }
+  if (events == 0) std::this_thread::yield();
+}
+
+void UcxClientTransport::abandon(const Completion& completion) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(pending_, [&](const auto& entry) { return entry.second.completion.get() == &completion; });
+}
+
+void UcxClientTransport::fail_pending(UcxChannel* channel, Errc code, const std::string& message) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.channel == channel) {
+      it->second.completion->finish(code, message);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+namespace {
+struct ReadContext {
+  CompletionPtr completion;
+};
+void read_received(void* /*request*/, ucs_status_t status, std::size_t /*length*/, void* user_data) {
+  std::unique_ptr<ReadContext> ctx(static_cast<ReadContext*>(user_data));
+  if (status == UCS_OK)
+    ctx->completion->finish();
+  else
+    ctx->completion->finish(Errc::transport, std::string("receiving read data: UCX error: ") +
+                                                 ucs_status_string(status));
+}
+}  // namespace
+
+ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::size_t header_length,
+                                          void* data, std::size_t length,
+                                          const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxClientTransport*>(arg);
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  AmReplyHeader h{};
+  auto it = self->pending_.end();
+  if (header_length == sizeof h) {
+    std::memcpy(&h, header, sizeof h);
+    it = self->pending_.find(h.token);
+  }
+  if (it == self->pending_.end()) {  // malformed, or its op was abandoned
+    if (rndv) ucp_am_data_release(self->worker_.get(), data);
+    return UCS_OK;
+  }
+  PendingAm op = std::move(it->second);
+  self->pending_.erase(it);
+  const std::string context = "server " + op.channel->peer_ + ": " + op.op;
+  if (h.status != 0) {
+    if (rndv) ucp_am_data_release(self->worker_.get(), data);
+    const auto code = h.status > 0 && h.status <= static_cast<int>(Errc::internal)
+                          ? static_cast<Errc>(h.status)
+                          : Errc::protocol;
+    op.completion->finish(code, context + " refused: " + errc_name(code));
+    return UCS_OK;
+  }
+  if (length != op.length || (op.destination == nullptr && length != 0)) {
+    if (rndv) ucp_am_data_release(self->worker_.get(), data);
+    op.completion->finish(Errc::protocol, context + ": reply carries " + std::to_string(length) +
+                                              " bytes, expected " + std::to_string(op.length));
+    return UCS_OK;
+  }
+  if (length == 0) {
+    op.completion->finish();
+  } else if (!rndv) {
+    std::memcpy(op.destination, data, length);
+    op.completion->finish();
+  } else {
+    auto ctx = std::make_unique<ReadContext>(ReadContext{op.completion});
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = read_received;
+    p.user_data = ctx.get();
+    ucs_status_ptr_t request = ucp_am_recv_data_nbx(self->worker_.get(), data, op.destination, length, &p);
+    if (request == nullptr) {
+      op.completion->finish();
+    } else if (UCS_PTR_IS_ERR(request)) {
+      op.completion->finish(Errc::transport, context + ": UCX error: " +
+                                                 ucs_status_string(UCS_PTR_STATUS(request)));
+    } else {
+      ucp_request_free(request);
+      (void)ctx.release();
+    }
+  }
+  return UCS_OK;
+}
+
+// ---------------------------------------------------------------- channel
+
+UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_address, std::string peer,
+                       DataProtocol protocol)
+    : transport_(transport), peer_(std::move(peer)) {
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(server_address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &UcxChannel::on_error;
+  params.err_handler.arg = this;
+  std::lock_guard lock(transport_.mutex_);
+  check_ucx(ucp_ep_create(transport_.worker_.get(), &params, &ep_),
+            "server " + peer_ + ": creating a UCX endpoint");
+  lanes_ = lanes_summary();
+  // UCX over TCP emulates RMA in software (a round trip per fragment through
+  // the server's progress loop); active messages stream the same bytes far
+  // faster, so "automatic" picks them where every RMA lane is tcp.
+  const bool rma_emulated = lanes_.find("rma:") == std::string::npos ||
+                            lanes_.find("rma: tcp") != std::string::npos;
+  use_am_ = protocol == DataProtocol::am || (protocol == DataProtocol::automatic && rma_emulated);
+  spdlog::info("libsmb: server {} via {}", peer_, describe());
+}
+
+UcxChannel::~UcxChannel() {
+  std::unique_lock lock(transport_.mutex_);
+  transport_.fail_pending(this, Errc::server_gone, "server " + peer_ + ": connection closed");
+  if (ep_ == nullptr) return;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = failed_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(ep_, &p);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  // A graceful close flushes; a dead peer must not make it hang.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+         std::chrono::steady_clock::now() < deadline)
+    ucp_worker_progress(transport_.worker_.get());
+  if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(transport_.worker_.get(), request);
+  ucp_request_free(request);
+}
+
+std::string UcxChannel::lanes_summary() {
+  // UCX has no query for the transports behind an endpoint's lanes in 1.13;
+  // its own debug print names them, one "lane[i]: ... tl/dev ... purpose" line each.
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return {};
+  ucp_ep_print_info(ep_, stream);
+  std::fclose(stream);
+  std::string info(text, size);
+  std::free(text);
+  std::set<std::string> rma, amo, am;
+  static const std::regex lane(R"(lane\[\d+\]:\s+\d+:([A-Za-z0-9_]+)/([^\s]+))");
+  std::istringstream lines(info);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, lane)) continue;
+    const std::string tl = m[1].str() + "/" + m[2].str();
+    if (line.find(" rma") != std::string::npos) rma.insert(m[1].str());
+    if (line.find(" amo") != std::string::npos) amo.insert(m[1].str());
+    if (line.find(" am ") != std::string::npos || line.find(" am_bw") != std::string::npos)
+      am.insert(m[1].str());
+  }
+  auto join = [](const std::set<std::string>& s) {
+    std::string out;
+    for (const auto& x : s) out += (out.empty() ? "" : ",") + x;
+    return out.empty() ? std::string("none") : out;
+  };
+  return "rma: " + join(rma) + "; amo: " + join(amo) + "; am: " + join(am);
+}
+
+std::string UcxChannel::describe() const {
+  return std::string("ucx, data protocol ") + (use_am_ ? "am" : "rma") + " (lanes " + lanes_ + ")";
+}
+
+void UcxChannel::on_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  // Runs inside ucp_worker_progress, i.e. with the transport lock held.
+  auto* self = static_cast<UcxChannel*>(arg);
+  self->failed_ = true;
+  self->failure_ = std::string("server ") + self->peer_ + " is gone: UCX reported " + ucs_status_string(status);
+  spdlog::warn("libsmb: {}", self->failure_);
+  self->transport_.fail_pending(self, Errc::server_gone, self->failure_);
+}
+
+bool UcxChannel::usable(const CompletionPtr& completion, const char* op) {
+  if (!failed_) return true;
+  completion->finish(Errc::server_gone, failure_ + " (during " + op + ")");
+  return false;
+}
+
+std::unique_ptr<RemoteSegment> UcxChannel::attach(const SegmentDescriptor& segment) {
+  std::lock_guard lock(transport_.mutex_);
+  if (failed_) throw Error(Errc::server_gone, failure_);
+  ucp_rkey_h rkey = nullptr;
+  check_ucx(ucp_ep_rkey_unpack(ep_, segment.remote_key.data(), &rkey),
+            "server " + peer_ + ": unpacking the remote key of segment " + std::to_string(segment.id));
+  return std::make_unique<UcxRemoteSegment>(segment, RkeyPtr(rkey));
+}
+
+void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, const void* src,
+                         void* dst, std::size_t length, const CompletionPtr& completion, const char* op) {
+  const std::uint64_t token = transport_.next_token_++;
+  transport_.pending_.emplace(
+      token, UcxClientTransport::PendingAm{completion, this, dst, id == kAmRead ? length : 0, op});
+  auto ctx = std::make_unique<AmSendContext>();
+  ctx->header = AmRequestHeader{token, seg.descriptor().id, offset, length};
+  ctx->transport = &transport_;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  p.user_data = ctx.get();
+  p.cb.send = [](void* /*request*/, ucs_status_t status, void* user_data) {
+    std::unique_ptr<AmSendContext> c(static_cast<AmSendContext*>(user_data));
+    if (status == UCS_OK) return;
+    auto& pending = c->transport->pending_;
+    if (auto it = pending.find(c->header.token); it != pending.end()) {
+      it->second.completion->finish(Errc::transport,
+                                    std::string("sending request: UCX error: ") + ucs_status_string(status));
+      pending.erase(it);
+    }
+  };
+  const void* payload = id == kAmWrite ? src : nullptr;
+  const std::size_t payload_length = id == kAmWrite ? length : 0;
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(ep_, id, &ctx->header, sizeof(ctx->header), payload, payload_length, &p);
+  if (request == nullptr) return;  // sent; ctx freed here, the reply completes the op
+  if (UCS_PTR_IS_ERR(request)) {
+    transport_.pending_.erase(token);
+    completion->finish(Errc::transport, "server " + peer_ + ": " + op + ": UCX error: " +
+                                            ucs_status_string(UCS_PTR_STATUS(request)));
+    return;
+  }
+  ucp_request_free(request);
+  (void)ctx.release();
+}
+
+void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
+                     const CompletionPtr& completion) {
+  std::lock_guard lock(transport_.mutex_);
+  if (!usable(completion, "write")) return;
+  if (use_am_) return send_am(kAmWrite, seg, offset, src, nullptr, length, completion, "write");
+  auto& remote = static_cast<UcxRemoteSegment&>(seg);
+  ucp_request_param_t none{};
+  ucs_status_ptr_t request =
+      ucp_put_nbx(ep_, src, length, remote.descriptor().address + offset, remote.rkey(), &none);
+  if (UCS_PTR_IS_ERR(request)) {
+    completion->finish(Errc::transport, "server " + peer_ + ": write: UCX error: " +
+                                            ucs_status_string(UCS_PTR_STATUS(request)));
+    return;
+  }
+  if (request != nullptr) ucp_request_free(request);
+  // A put completes locally; the flush completes once the bytes are in the
+  // server's memory, which is what "visible after write" promises.
+  auto ctx = std::make_unique<OpContext>(OpContext{completion, 0, "server " + peer_ + ": write"});
+  ucp_request_param_t p = callback_param(ctx.get());
+  track(ucp_ep_flush_nbx(ep_, &p), std::move(ctx));
+}
+
+void UcxChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::size_t length,
+                     const CompletionPtr& completion) {
+  std::lock_guard lock(transport_.mutex_);
+  if (!usable(completion, "read")) return;
+  if (use_am_) return send_am(kAmRead, seg, offset, nullptr, dst, length, completion, "read");
+  auto& remote = static_cast<UcxRemoteSegment&>(seg);
+  auto ctx = std::make_unique<OpContext>(OpContext{completion, 0, "server " + peer_ + ": read"});
+  ucp_request_param_t p = callback_param(ctx.get());
+  track(ucp_get_nbx(ep_, dst, length, remote.descriptor().address + offset, remote.rkey(), &p),
+        std::move(ctx));
+}
+
+void UcxChannel::atomic(ucp_atomic_op_t op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
+                        std::uint64_t* result, const CompletionPtr& completion, const char* what) {
+  std::lock_guard lock(transport_.mutex_);
+  if (!usable(completion, what)) return;
+  auto& remote = static_cast<UcxRemoteSegment&>(seg);
+  auto ctx = std::make_unique<OpContext>(OpContext{completion, operand, "server " + peer_ + ": " + what});
+  ucp_request_param_t p = callback_param(ctx.get());
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+  p.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));
+  p.reply_buffer = result;
+  track(ucp_atomic_op_nbx(ep_, op, &ctx->operand, 1, remote.descriptor().address + offset,
+                          remote.rkey(), &p),
+        std::move(ctx));
+}
+
+void UcxChannel::fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value,
+                           std::uint64_t* old_value, const CompletionPtr& completion) {
+  atomic(UCP_ATOMIC_OP_ADD, seg, offset, value, old_value, completion, "fetch-add");
+}
+
+void UcxChannel::compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
+                              std::uint64_t desired, std::uint64_t* old_value,
+                              const CompletionPtr& completion) {
+  *old_value = expected;  // UCX reads the compare value from the reply buffer
+  atomic(UCP_ATOMIC_OP_CSWAP, seg, offset, desired, old_value, completion, "compare-swap");
+}
+
+}  // namespace smb::transport::ucx

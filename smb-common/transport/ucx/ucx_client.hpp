@@ -1,0 +1,101 @@
+#pragma once
+// A client's side of the UCX transport: one worker per client, one endpoint
+// (Channel) per server, and the choice between one-sided RMA and the
+// server-assisted "am" protocol for each server.
+#include "transport/transport.hpp"
+#include "transport/ucx/am_wire.hpp"
+#include "transport/ucx/ucx_handles.hpp"
+
+#include <mutex>
+#include <unordered_map>
+
+namespace smb::transport::ucx {
+
+class UcxChannel;
+
+class UcxClientTransport final : public ClientTransport {
+ public:
+  UcxClientTransport();
+  ~UcxClientTransport() override;
+
+  std::string name() const override { return "ucx"; }
+  const Bytes& address() const override { return address_; }
+  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
+                                   DataProtocol protocol) override;
+  void progress() override;
+  void abandon(const Completion& completion) override;
+
+ private:
+  friend class UcxChannel;
+
+  // An "am" op waiting for the server's reply.
+  struct PendingAm {
+    CompletionPtr completion;
+    UcxChannel* channel = nullptr;
+    void* destination = nullptr;  // reads: where the data goes
+    std::uint64_t length = 0;
+    const char* op = "";
+  };
+
+  static ucs_status_t on_reply(void* arg, const void* header, std::size_t header_length, void* data,
+                               std::size_t length, const ucp_am_recv_param_t* param);
+  void fail_pending(UcxChannel* channel, Errc code, const std::string& message);
+
+  ContextPtr context_;
+  WorkerPtr worker_;
+  Bytes address_;
+  std::mutex mutex_;  // guards the worker and everything below
+  std::unordered_map<std::uint64_t, PendingAm> pending_;
+  std::uint64_t next_token_ = 1;
+};
+
+class UcxRemoteSegment final : public RemoteSegment {
+ public:
+  UcxRemoteSegment(SegmentDescriptor descriptor, RkeyPtr rkey)
+      : descriptor_(std::move(descriptor)), rkey_(std::move(rkey)) {}
+  const SegmentDescriptor& descriptor() const override { return descriptor_; }
+  ucp_rkey_h rkey() const { return rkey_.get(); }
+
+ private:
+  SegmentDescriptor descriptor_;
+  RkeyPtr rkey_;
+};
+
+class UcxChannel final : public Channel {
+ public:
+  UcxChannel(UcxClientTransport& transport, const Bytes& server_address, std::string peer,
+             DataProtocol protocol);
+  ~UcxChannel() override;
+
+  std::string describe() const override;
+  std::unique_ptr<RemoteSegment> attach(const SegmentDescriptor& segment) override;
+  void put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
+           const CompletionPtr& completion) override;
+  void get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::size_t length,
+           const CompletionPtr& completion) override;
+  void fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value,
+                 std::uint64_t* old_value, const CompletionPtr& completion) override;
+  void compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
+                    std::uint64_t desired, std::uint64_t* old_value,
+                    const CompletionPtr& completion) override;
+
+ private:
+  friend class UcxClientTransport;
+  static void on_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  bool usable(const CompletionPtr& completion, const char* op);  // under the lock
+  void send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, const void* src,
+               void* dst, std::size_t length, const CompletionPtr& completion, const char* op);
+  void atomic(ucp_atomic_op_t op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
+              std::uint64_t* result, const CompletionPtr& completion, const char* what);
+  std::string lanes_summary();
+
+  UcxClientTransport& transport_;
+  std::string peer_;
+  ucp_ep_h ep_ = nullptr;
+  bool use_am_ = false;
+  std::string lanes_;
+  bool failed_ = false;
+  std::string failure_;
+};
+
+}  // namespace smb::transport::ucx

@@ -1,0 +1,202 @@
+#include "transport/ucx/ucx_server.hpp"
+
+#include "transport/ucx/am_wire.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include <cstring>
+
+namespace smb::transport::ucx {
+namespace {
+
+// Everything a reply needs until UCX reports its send complete.
+struct ReplyContext {
+  AmReplyHeader header{};
+  std::shared_ptr<const void> owner;  // keeps the segment alive while sending from it
+};
+
+void reply_sent(void* /*request*/, ucs_status_t status, void* user_data) {
+  std::unique_ptr<ReplyContext> ctx(static_cast<ReplyContext*>(user_data));
+  if (status != UCS_OK) spdlog::debug("am reply not delivered: {}", ucs_status_string(status));
+}
+
+void send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data, std::size_t length,
+                std::shared_ptr<const void> owner) {
+  auto ctx = std::make_unique<ReplyContext>();
+  ctx->header.token = token;
+  ctx->header.status = static_cast<std::int32_t>(status);
+  ctx->header.length = length;
+  ctx->owner = std::move(owner);
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = reply_sent;
+  param.user_data = ctx.get();
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(ep, kAmReply, &ctx->header, sizeof(ctx->header), data, length, &param);
+  if (request == nullptr) return;  // done at once; ctx freed here
+  if (UCS_PTR_IS_ERR(request)) {
+    spdlog::debug("am reply failed: {}", ucs_status_string(UCS_PTR_STATUS(request)));
+    return;
+  }
+  ucp_request_free(request);
+  (void)ctx.release();  // reply_sent owns it now
+}
+
+// Validates a request against its segment; on success fills `access`.
+Errc check_request(const SegmentResolver& resolver, const AmRequestHeader& h, SegmentAccess& access) {
+  auto found = resolver(h.segment_id);
+  if (!found) return Errc::not_found;
+  if (h.offset > found->length || h.length > found->length - h.offset) return Errc::out_of_range;
+  access = std::move(*found);
+  return Errc::ok;
+}
+
+struct WriteContext {
+  ucp_ep_h reply_ep;
+  std::uint64_t token;
+  SegmentAccess access;
+};
+
+void write_received(void* /*request*/, ucs_status_t status, std::size_t /*length*/, void* user_data) {
+  std::unique_ptr<WriteContext> ctx(static_cast<WriteContext*>(user_data));
+  send_reply(ctx->reply_ep, ctx->token, status == UCS_OK ? Errc::ok : Errc::transport, nullptr, 0, {});
+}
+
+}  // namespace
+
+UcxServerTransport::UcxServerTransport()
+    : context_(make_context("smbd")),
+      worker_(make_worker(context_.get(), UCS_THREAD_MODE_SINGLE)),
+      address_(worker_address(worker_.get())),
+      wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (!wake_fd_) throw Error(Errc::internal, "smbd: eventfd failed");
+  set_handler(kAmWrite, &UcxServerTransport::on_write);
+  set_handler(kAmRead, &UcxServerTransport::on_read);
+}
+
+UcxServerTransport::~UcxServerTransport() { stop(); }
+
+void UcxServerTransport::set_handler(unsigned id, ucp_am_recv_callback_t callback) {
+  ucp_am_handler_param_t param{};
+  param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                     UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  param.id = id;
+  param.cb = callback;
+  param.arg = this;
+  param.flags = UCP_AM_FLAG_WHOLE_MSG;
+  check_ucx(ucp_worker_set_am_recv_handler(worker_.get(), &param), "smbd: installing AM handler");
+}
+
+std::unique_ptr<Registration> UcxServerTransport::register_memory(void* base, std::size_t length) {
+  return std::make_unique<UcxRegistration>(context_.get(), base, length);
+}
+
+void UcxServerTransport::start(SegmentResolver resolver) {
+  resolver_ = std::move(resolver);
+  thread_ = std::jthread([this](std::stop_token stop) { progress_loop(stop); });
+}
+
+void UcxServerTransport::stop() {
+  if (!thread_.joinable()) return;
+  thread_.request_stop();
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
+  thread_.join();
+}
+
+// Progress until idle, then sleep on the worker's event fd: a server whose
+// clients use one-sided RMA spends no CPU here at all.
+void UcxServerTransport::progress_loop(const std::stop_token& stop) {
+  int worker_fd = -1;
+  check_ucx(ucp_worker_get_efd(worker_.get(), &worker_fd), "smbd: getting the UCX event fd");
+  util::UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = worker_fd;
+  ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, worker_fd, &ev);
+  ev.data.fd = wake_fd_.get();
+  ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev);
+  while (!stop.stop_requested()) {
+    while (ucp_worker_progress(worker_.get()) != 0) {
+    }
+    ucs_status_t status = ucp_worker_arm(worker_.get());
+    if (status == UCS_ERR_BUSY) continue;
+    if (status != UCS_OK) {
+      spdlog::error("smbd: ucp_worker_arm failed: {}", ucs_status_string(status));
+      continue;
+    }
+    epoll_event events[2];
+    ::epoll_wait(epoll.get(), events, 2, 500);
+  }
+  while (ucp_worker_progress(worker_.get()) != 0) {
+  }
+}
+
+ucs_status_t UcxServerTransport::on_write(void* arg, const void* header, std::size_t header_length,
+                                          void* data, std::size_t length,
+                                          const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxServerTransport*>(arg);
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  const bool can_reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0;
+  AmRequestHeader h{};
+  Errc check = Errc::protocol;
+  SegmentAccess access;
+  if (header_length == sizeof h) {
+    std::memcpy(&h, header, sizeof h);
+    check = h.length != length ? Errc::protocol : check_request(self->resolver_, h, access);
+  }
+  if (check != Errc::ok || !can_reply) {
+    if (rndv) ucp_am_data_release(self->worker_.get(), data);
+    if (can_reply) send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
+    return UCS_OK;
+  }
+  std::byte* dst = access.base + h.offset;
+  if (!rndv) {
+    std::memcpy(dst, data, length);
+    send_reply(param->reply_ep, h.token, Errc::ok, nullptr, 0, {});
+    return UCS_OK;
+  }
+  // Rendezvous: UCX moves the payload straight into the segment.
+  auto ctx = std::make_unique<WriteContext>(WriteContext{param->reply_ep, h.token, std::move(access)});
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.recv_am = write_received;
+  rp.user_data = ctx.get();
+  ucs_status_ptr_t request = ucp_am_recv_data_nbx(self->worker_.get(), data, dst, length, &rp);
+  if (request == nullptr) {
+    send_reply(ctx->reply_ep, ctx->token, Errc::ok, nullptr, 0, {});
+  } else if (UCS_PTR_IS_ERR(request)) {
+    send_reply(ctx->reply_ep, ctx->token, Errc::transport, nullptr, 0, {});
+  } else {
+    ucp_request_free(request);
+    (void)ctx.release();  // write_received owns it now
+  }
+  return UCS_OK;
+}
+
+ucs_status_t UcxServerTransport::on_read(void* arg, const void* header, std::size_t header_length,
+                                         void* data, std::size_t /*length*/,
+                                         const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxServerTransport*>(arg);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(self->worker_.get(), data);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
+  AmRequestHeader h{};
+  if (header_length != sizeof h) {
+    send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
+    return UCS_OK;
+  }
+  std::memcpy(&h, header, sizeof h);
+  SegmentAccess access;
+  Errc check = check_request(self->resolver_, h, access);
+  if (check != Errc::ok) {
+    send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
+    return UCS_OK;
+  }
+  // Zero-copy from the segment; `owner` keeps it alive until the send completes.
+  send_reply(param->reply_ep, h.token, Errc::ok, access.base + h.offset, h.length, access.owner);
+  return UCS_OK;
+}
+
+}  // namespace smb::transport::ucx

@@ -1,0 +1,50 @@
+#pragma once
+// The daemon's side of the UCX transport: registrations, the progress loop,
+// and the server-assisted "am" data protocol (see am_wire.hpp).
+#include "transport/transport.hpp"
+#include "transport/ucx/ucx_handles.hpp"
+#include "util/fd.hpp"
+
+#include <thread>
+
+namespace smb::transport::ucx {
+
+class UcxRegistration final : public Registration {
+ public:
+  UcxRegistration(ucp_context_h context, void* base, std::size_t length)
+      : map_(context, base, length), rkey_(map_.pack_rkey()) {}
+  const Bytes& remote_key() const override { return rkey_; }
+
+ private:
+  MemoryMap map_;
+  Bytes rkey_;
+};
+
+class UcxServerTransport final : public ServerTransport {
+ public:
+  UcxServerTransport();
+  ~UcxServerTransport() override;
+
+  std::string name() const override { return "ucx"; }
+  const Bytes& address() const override { return address_; }
+  std::unique_ptr<Registration> register_memory(void* base, std::size_t length) override;
+  void start(SegmentResolver resolver) override;
+  void stop() override;
+
+ private:
+  static ucs_status_t on_write(void* arg, const void* header, std::size_t header_length, void* data,
+                               std::size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_read(void* arg, const void* header, std::size_t header_length, void* data,
+                              std::size_t length, const ucp_am_recv_param_t* param);
+  void progress_loop(const std::stop_token& stop);
+  void set_handler(unsigned id, ucp_am_recv_callback_t callback);
+
+  ContextPtr context_;
+  WorkerPtr worker_;  // touched only by the progress thread once started
+  Bytes address_;
+  SegmentResolver resolver_;
+  util::UniqueFd wake_fd_;
+  std::jthread thread_;
+};
+
+}  // namespace smb::transport::ucx

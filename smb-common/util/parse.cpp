@@ -1,0 +1,110 @@
+#include "util/parse.hpp"
+
+#include <smb/client.hpp>
+#include <smb/error.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <limits>
+
+namespace smb {
+
+const char* errc_name(Errc code) noexcept {
+  switch (code) {
+    case Errc::ok: return "ok";
+    case Errc::invalid_argument: return "invalid argument";
+    case Errc::out_of_range: return "out of range";
+    case Errc::not_found: return "not found";
+    case Errc::already_exists: return "already exists";
+    case Errc::no_space: return "no space";
+    case Errc::unreachable: return "unreachable";
+    case Errc::server_gone: return "server gone";
+    case Errc::timeout: return "timeout";
+    case Errc::protocol: return "protocol error";
+    case Errc::transport: return "transport error";
+    case Errc::internal: return "internal error";
+  }
+  return "unknown error";
+}
+
+std::uint64_t parse_size(std::string_view text) {
+  const std::string original(text);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  std::uint64_t shift = 0;
+  if (!text.empty()) {
+    char unit = text.back();
+    if (unit == 'B' || unit == 'b') {  // accept "128MB"/"128MiB" style too
+      text.remove_suffix(1);
+      if (!text.empty() && (text.back() == 'i' || text.back() == 'I')) text.remove_suffix(1);
+      unit = text.empty() ? '0' : text.back();
+    }
+    switch (unit) {
+      case 'k': case 'K': shift = 10; break;
+      case 'm': case 'M': shift = 20; break;
+      case 'g': case 'G': shift = 30; break;
+      case 't': case 'T': shift = 40; break;
+      default: break;
+    }
+    if (shift != 0) text.remove_suffix(1);
+  }
+  std::uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    throw Error(Errc::invalid_argument,
+                "invalid size '" + original + "': expected a number with an optional K, M, G or T suffix");
+  if (shift != 0 && value > (std::numeric_limits<std::uint64_t>::max() >> shift))
+    throw Error(Errc::invalid_argument, "size '" + original + "' is too large");
+  return value << shift;
+}
+
+std::vector<std::string> parse_server_list(std::string_view text) {
+  std::vector<std::string> out;
+  while (!text.empty()) {
+    auto comma = text.find(',');
+    auto item = text.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) out.push_back(util::parse_host_port(item).str());
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+}  // namespace smb
+
+namespace smb::util {
+
+HostPort parse_host_port(std::string_view text, bool allow_zero_port) {
+  auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size())
+    throw Error(Errc::invalid_argument,
+                "invalid address '" + std::string(text) + "': expected HOST:PORT, e.g. 127.0.0.1:7000");
+  HostPort hp;
+  hp.host = std::string(text.substr(0, colon));
+  if (hp.host.front() == '[' && hp.host.back() == ']') hp.host = hp.host.substr(1, hp.host.size() - 2);
+  auto port_text = text.substr(colon + 1);
+  unsigned port = 0;
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535 ||
+      (port == 0 && !allow_zero_port))
+    throw Error(Errc::invalid_argument,
+                "invalid port in '" + std::string(text) + "': expected 1-65535");
+  hp.port = static_cast<std::uint16_t>(port);
+  return hp;
+}
+
+std::string format_bytes(std::uint64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace smb::util

@@ -1,0 +1,20 @@
+#pragma once
+// Parsing of user-supplied text (CLI flags, environment, config files).
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace smb::util {
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string str() const { return host + ":" + std::to_string(port); }
+};
+
+// "host:port"; port may be 0 where allow_zero_port (the OS picks one).
+HostPort parse_host_port(std::string_view text, bool allow_zero_port = false);
+// Human-readable size with a binary unit: 1536 -> "1.5 KiB".
+std::string format_bytes(std::uint64_t bytes);
+
+}  // namespace smb::util

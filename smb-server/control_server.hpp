@@ -1,0 +1,34 @@
+#pragma once
+// The control plane: a Boost.Asio TCP server, one Session per client
+// connection, one request at a time per session.
+#include "request_handler.hpp"
+
+#include <boost/asio.hpp>
+
+#include <set>
+
+namespace smb::server {
+
+class ControlServer {
+ public:
+  ControlServer(boost::asio::io_context& io, const boost::asio::ip::tcp::endpoint& listen,
+                Registry& registry, ServerIdentity& identity);
+  boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
+  void start();
+  // Closes the listener and every session.
+  void shutdown();
+
+ private:
+  class Session;
+  void accept();
+
+  boost::asio::io_context& io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  Registry& registry_;
+  std::atomic<std::uint32_t> clients_{0};
+  RequestHandler handler_;
+  std::set<std::shared_ptr<Session>> sessions_;  // touched only on the io thread
+  SessionId next_session_ = 1;
+};
+
+}  // namespace smb::server

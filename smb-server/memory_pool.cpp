@@ -1,0 +1,60 @@
+#include "memory_pool.hpp"
+
+#include "util/parse.hpp"
+
+#include <smb/error.hpp>
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+namespace smb::server {
+namespace {
+
+constexpr std::uint64_t kHugePage = 2ull << 20;
+
+std::uint64_t available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;  // unknown: let mmap decide
+}
+
+}  // namespace
+
+MemoryPool::MemoryPool(std::uint64_t capacity) {
+  if (capacity == 0) throw Error(Errc::invalid_argument, "--capacity must be greater than zero");
+  const std::uint64_t available = available_memory();
+  if (available != 0 && capacity > available)
+    throw Error(Errc::no_space, "--capacity " + util::format_bytes(capacity) + " exceeds the " +
+                                    util::format_bytes(available) +
+                                    " of memory this machine has available; lower --capacity");
+  size_ = (capacity + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
+  if (p != MAP_FAILED) {
+    huge_pages_ = true;
+  } else {
+    p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      throw Error(Errc::no_space, "cannot reserve " + util::format_bytes(size_) + " of memory: " +
+                                      std::strerror(errno) + "; lower --capacity");
+    ::madvise(p, size_, MADV_HUGEPAGE);
+    // Touch every page now: the pool is ours for the daemon's lifetime.
+    auto* bytes = static_cast<volatile std::byte*>(p);
+    for (std::uint64_t off = 0; off < size_; off += 4096) bytes[off] = std::byte{0};
+  }
+  base_ = static_cast<std::byte*>(p);
+}
+
+MemoryPool::~MemoryPool() {
+  if (base_ != nullptr) ::munmap(base_, size_);
+}
+
+}  // namespace smb::server

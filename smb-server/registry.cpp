@@ -1,0 +1,171 @@
+#include "registry.hpp"
+
+#include "protocol/messages.hpp"
+#include "util/parse.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace smb::server {
+namespace {
+constexpr std::uint64_t kSegmentAlignment = 4096;
+}
+
+Segment::~Segment() {
+  registration.reset();  // unregister before the memory goes back
+  if (allocator != nullptr) allocator->release(pool_offset, reserved);
+}
+
+Registry::Registry(MemoryPool& pool, transport::ServerTransport& transport)
+    : pool_(pool), transport_(transport), allocator_(pool.size(), kSegmentAlignment) {}
+
+transport::SegmentDescriptor Registry::describe(const Segment& s) const {
+  return {s.id, reinterpret_cast<std::uint64_t>(s.base), s.length, s.registration->remote_key()};
+}
+
+transport::SegmentDescriptor Registry::alloc_segment(SessionId session, const std::string& name,
+                                                     std::uint64_t length) {
+  protocol::validate_name(name);
+  if (length == 0) throw Error(Errc::invalid_argument, "segment length must be greater than zero");
+  std::lock_guard lock(mutex_);
+  if (by_name_.contains(name)) throw Error(Errc::already_exists, "buffer '" + name + "' already has a segment here");
+  std::uint64_t reserved = 0;
+  auto offset = allocator_.allocate(length, reserved);
+  if (!offset)
+    throw Error(Errc::no_space, "not enough free memory for " + util::format_bytes(length) + " of buffer '" +
+                                    name + "' (largest free range " +
+                                    util::format_bytes(allocator_.largest_free()) + ")");
+  auto segment = std::make_shared<Segment>();
+  segment->name = name;
+  segment->id = next_segment_id_++;
+  segment->pool_offset = *offset;
+  segment->reserved = reserved;
+  segment->length = length;
+  segment->base = pool_.base() + *offset;
+  segment->allocator = &allocator_;  // from here on, ~Segment returns the range
+  segment->registration = transport_.register_memory(segment->base, length);
+  segment->open_handles = 1;
+  by_name_[name] = segment;
+  by_id_[segment->id] = segment;
+  handles_[session][segment->id] += 1;
+  spdlog::info("segment {} for '{}': {} at pool offset {}", segment->id, name, util::format_bytes(length), *offset);
+  return describe(*segment);
+}
+
+transport::SegmentDescriptor Registry::open_segment(SessionId session, const std::string& name) {
+  std::lock_guard lock(mutex_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) throw Error(Errc::not_found, "no segment of buffer '" + name + "' here");
+  it->second->open_handles += 1;
+  handles_[session][it->second->id] += 1;
+  return describe(*it->second);
+}
+
+void Registry::close_segment(SessionId session, const std::string& name) {
+  std::lock_guard lock(mutex_);
+  auto& mine = handles_[session];
+  for (auto& [id, count] : mine) {
+    auto seg = by_id_.find(id);
+    if (seg != by_id_.end() && seg->second->name == name && count > 0) {
+      release_handle(session, id);
+      return;
+    }
+  }
+  throw Error(Errc::not_found, "this client holds no handle on buffer '" + name + "'");
+}
+
+void Registry::release_handle(SessionId session, std::uint64_t segment_id) {
+  auto& mine = handles_[session];
+  if (--mine[segment_id] == 0) mine.erase(segment_id);
+  auto it = by_id_.find(segment_id);
+  if (it == by_id_.end()) return;
+  auto& segment = *it->second;
+  segment.open_handles -= 1;
+  if (segment.unlinked && segment.open_handles == 0) by_id_.erase(it);  // memory returns
+}
+
+void Registry::destroy(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  bool found = records_.erase(name) > 0;
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) {
+    found = true;
+    it->second->unlinked = true;
+    if (it->second->open_handles == 0) by_id_.erase(it->second->id);
+    by_name_.erase(it);
+  }
+  if (!found) throw Error(Errc::not_found, "no buffer named '" + name + "' here");
+}
+
+void Registry::reserve_name(SessionId session, const Layout& layout) {
+  std::lock_guard lock(mutex_);
+  if (records_.contains(layout.name))
+    throw Error(Errc::already_exists, "buffer name '" + layout.name + "' is already taken");
+  records_[layout.name] = Record{layout, false, session};
+}
+
+void Registry::commit_layout(SessionId session, const std::string& name) {
+  std::lock_guard lock(mutex_);
+  auto it = records_.find(name);
+  if (it == records_.end() || it->second.owner != session)
+    throw Error(Errc::not_found, "no reservation of '" + name + "' by this client to commit");
+  it->second.committed = true;
+  it->second.owner = 0;
+}
+
+void Registry::abandon_name(SessionId session, const std::string& name) {
+  std::lock_guard lock(mutex_);
+  auto it = records_.find(name);
+  if (it != records_.end() && !it->second.committed && it->second.owner == session) records_.erase(it);
+}
+
+Layout Registry::get_layout(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  auto it = records_.find(name);
+  if (it == records_.end()) throw Error(Errc::not_found, "no buffer named '" + name + "'");
+  if (!it->second.committed)
+    throw Error(Errc::not_found, "buffer '" + name + "' is still being created; retry");
+  return it->second.layout;
+}
+
+std::vector<Layout> Registry::list_layouts() const {
+  std::lock_guard lock(mutex_);
+  std::vector<Layout> out;
+  for (const auto& [name, record] : records_)
+    if (record.committed) out.push_back(record.layout);
+  return out;
+}
+
+void Registry::session_closed(SessionId session) {
+  std::lock_guard lock(mutex_);
+  auto handles = handles_.find(session);
+  if (handles != handles_.end()) {
+    auto mine = handles->second;  // copy: release_handle edits the map
+    for (const auto& [id, count] : mine)
+      for (std::uint32_t i = 0; i < count; ++i) release_handle(session, id);
+    handles_.erase(session);
+  }
+  std::erase_if(records_, [&](const auto& entry) {
+    return !entry.second.committed && entry.second.owner == session;
+  });
+}
+
+std::optional<transport::SegmentAccess> Registry::resolve(std::uint64_t segment_id) const {
+  std::lock_guard lock(mutex_);
+  auto it = by_id_.find(segment_id);
+  if (it == by_id_.end()) return std::nullopt;
+  return transport::SegmentAccess{it->second, it->second->base, it->second->length};
+}
+
+ServerStats Registry::stats() const {
+  std::lock_guard lock(mutex_);
+  ServerStats s;
+  s.capacity = allocator_.capacity();
+  s.used = allocator_.used();
+  s.largest_free = allocator_.largest_free();
+  s.huge_pages = pool_.huge_pages();
+  for (const auto& [name, segment] : by_name_)
+    s.buffers.push_back(BufferSummary{name, segment->length, segment->open_handles});
+  return s;
+}
+
+}  // namespace smb::server

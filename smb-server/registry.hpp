@@ -1,0 +1,87 @@
+#pragma once
+// What one smbd holds: the segments of every buffer striped onto it, and the
+// layout records of the buffers whose home it is. Every handle a client
+// opens is tracked per session, so a client that disconnects releases them.
+//
+// A destroyed buffer's name is free at once; its memory returns to the pool
+// when the last handle on it closes (as with unlink), so a client still
+// holding the old remote key never writes into another buffer's memory.
+#include "memory_pool.hpp"
+#include "segment_allocator.hpp"
+#include "transport/transport.hpp"
+
+#include <smb/client.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace smb::server {
+
+using SessionId = std::uint64_t;
+
+struct Segment {
+  std::string name;
+  std::uint64_t id = 0;
+  std::uint64_t pool_offset = 0;
+  std::uint64_t reserved = 0;  // bytes taken from the allocator
+  std::uint64_t length = 0;    // bytes the buffer uses
+  std::byte* base = nullptr;
+  std::unique_ptr<transport::Registration> registration;
+  std::uint32_t open_handles = 0;
+  bool unlinked = false;
+  SegmentAllocator* allocator = nullptr;
+  ~Segment();
+};
+
+struct ServerStats {
+  std::uint64_t capacity = 0;
+  std::uint64_t used = 0;
+  std::uint64_t largest_free = 0;
+  bool huge_pages = false;
+  std::vector<BufferSummary> buffers;
+};
+
+class Registry {
+ public:
+  Registry(MemoryPool& pool, transport::ServerTransport& transport);
+
+  transport::SegmentDescriptor alloc_segment(SessionId session, const std::string& name, std::uint64_t length);
+  transport::SegmentDescriptor open_segment(SessionId session, const std::string& name);
+  void close_segment(SessionId session, const std::string& name);
+  // Drops this server's segment and, on the home, the layout record.
+  void destroy(const std::string& name);
+
+  // Layout records (home server only).
+  void reserve_name(SessionId session, const Layout& layout);
+  void commit_layout(SessionId session, const std::string& name);
+  void abandon_name(SessionId session, const std::string& name);
+  Layout get_layout(const std::string& name) const;
+  std::vector<Layout> list_layouts() const;
+
+  void session_closed(SessionId session);
+  std::optional<transport::SegmentAccess> resolve(std::uint64_t segment_id) const;
+  ServerStats stats() const;
+
+ private:
+  struct Record {
+    Layout layout;
+    bool committed = false;
+    SessionId owner = 0;  // the creator, until it commits
+  };
+  transport::SegmentDescriptor describe(const Segment& segment) const;
+  void release_handle(SessionId session, std::uint64_t segment_id);  // under mutex_
+
+  MemoryPool& pool_;
+  transport::ServerTransport& transport_;
+  SegmentAllocator allocator_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Segment>> by_name_;
+  std::map<std::uint64_t, std::shared_ptr<Segment>> by_id_;  // includes unlinked, still open
+  std::map<std::string, Record> records_;
+  std::map<SessionId, std::map<std::uint64_t, std::uint32_t>> handles_;  // session -> segment -> count
+  std::uint64_t next_segment_id_ = 1;
+};
+
+}  // namespace smb::server

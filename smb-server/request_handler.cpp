@@ -1,0 +1,93 @@
+#include "request_handler.hpp"
+
+#include "protocol/layout_codec.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace smb::server {
+
+using protocol::Body;
+using protocol::MessageType;
+
+namespace {
+
+Body segment_body(const transport::SegmentDescriptor& d) {
+  return Body{{"segment_id", d.id}, {"address", d.address}, {"length", d.length},
+              {"rkey", protocol::binary(d.remote_key)}};
+}
+
+}  // namespace
+
+Body RequestHandler::handle(SessionId session, std::uint16_t type, const Body& request) {
+  try {
+    return dispatch(session, static_cast<MessageType>(type), request);
+  } catch (const Error& e) {
+    return protocol::error_reply(e.code(), e.what());
+  } catch (const std::exception& e) {
+    spdlog::error("request {} failed: {}", protocol::message_name(type), e.what());
+    return protocol::error_reply(Errc::internal, e.what());
+  }
+}
+
+Body RequestHandler::dispatch(SessionId session, MessageType type, const Body& req) {
+  const char* what = protocol::message_name(static_cast<std::uint16_t>(type));
+  switch (type) {
+    case MessageType::hello: {
+      const auto transport = protocol::get_string(req, "transport", what);
+      if (transport != identity_.transport)
+        throw Error(Errc::invalid_argument, "this smbd serves transport '" + identity_.transport +
+                                                "', the client asked for '" + transport + "'");
+      return protocol::ok_reply({{"server", identity_.address},
+                                 {"transport", identity_.transport},
+                                 {"address", protocol::binary(identity_.transport_address)}});
+    }
+    case MessageType::reserve_name: {
+      auto it = req.find("layout");
+      if (it == req.end()) throw Error(Errc::protocol, std::string(what) + ": no layout");
+      registry_.reserve_name(session, protocol::layout_from_body(*it, what));
+      return protocol::ok_reply();
+    }
+    case MessageType::commit_layout:
+      registry_.commit_layout(session, protocol::get_string(req, "name", what));
+      return protocol::ok_reply();
+    case MessageType::abandon_name:
+      registry_.abandon_name(session, protocol::get_string(req, "name", what));
+      return protocol::ok_reply();
+    case MessageType::get_layout:
+      return protocol::ok_reply(
+          {{"layout", protocol::layout_to_body(registry_.get_layout(protocol::get_string(req, "name", what)))}});
+    case MessageType::alloc_segment:
+      return protocol::ok_reply(segment_body(registry_.alloc_segment(
+          session, protocol::get_string(req, "name", what), protocol::get_u64(req, "length", what))));
+    case MessageType::open_segment:
+      return protocol::ok_reply(segment_body(registry_.open_segment(session, protocol::get_string(req, "name", what))));
+    case MessageType::close_segment:
+      registry_.close_segment(session, protocol::get_string(req, "name", what));
+      return protocol::ok_reply();
+    case MessageType::destroy:
+      registry_.destroy(protocol::get_string(req, "name", what));
+      return protocol::ok_reply();
+    case MessageType::stat: {
+      const auto s = registry_.stats();
+      Body buffers = Body::array();
+      for (const auto& b : s.buffers)
+        buffers.push_back({{"name", b.name}, {"bytes", b.bytes}, {"open_handles", b.open_handles}});
+      return protocol::ok_reply({{"server", identity_.address},
+                                 {"transport", identity_.transport},
+                                 {"capacity", s.capacity},
+                                 {"used", s.used},
+                                 {"largest_free", s.largest_free},
+                                 {"huge_pages", s.huge_pages},
+                                 {"clients", clients_.load()},
+                                 {"buffers", buffers}});
+    }
+    case MessageType::list_layouts: {
+      Body layouts = Body::array();
+      for (const auto& l : registry_.list_layouts()) layouts.push_back(protocol::layout_to_body(l));
+      return protocol::ok_reply({{"layouts", layouts}});
+    }
+  }
+  throw Error(Errc::protocol, "unknown control message type " + std::to_string(static_cast<int>(type)));
+}
+
+}  // namespace smb::server

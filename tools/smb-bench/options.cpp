@@ -1,0 +1,92 @@
+#include "options.hpp"
+
+#include <smb/client.hpp>
+#include <smb/error.hpp>
+
+#include <CLI/CLI.hpp>
+
+
+namespace smb::bench {
+namespace {
+
+constexpr std::uint64_t default_fetch_add_iters = 10000;
+
+// Accepts what smb::parse_size accepts ("64", "4K", "128M", "2G").
+const CLI::Validator size_validator(
+    [](std::string& text) -> std::string {
+      try {
+        parse_size(text);
+        return {};
+      } catch (const Error& e) {
+        return e.what();
+      }
+    },
+    "SIZE");
+
+}  // namespace
+
+const char* op_name(Op op) noexcept {
+  switch (op) {
+    case Op::write: return "write";
+    case Op::read: return "read";
+    case Op::fetch_add: return "fetch-add";
+  }
+  return "?";
+}
+
+std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
+  Options o;
+  std::string servers, size, block, stripe_unit;
+
+  CLI::App app{
+      "Measure bandwidth and latency of a Soft Memory Box buffer.\n"
+      "write/read: each iteration is one pass over --size bytes in --block sized ops, the\n"
+      "blocks split among --threads threads, each with up to --depth ops in flight (latency\n"
+      "is from issue to observed completion, completions are awaited in issue order).\n"
+      "fetch-add: each thread adds 1 to the 8-byte words of the buffer in turn, --iters times.\n"
+      "--verify: write stores a pattern that depends only on the byte offset and reads it all\n"
+      "back; read checks every byte against it; fetch-add checks the sum of the words.",
+      "smb-bench"};
+  auto* servers_opt = app.add_option("--servers,-s", servers, "memory servers as host:port,... (default: $SMB_SERVERS)");
+  app.add_option("--name,-n", o.name, "buffer to open, or create when missing (default: a temporary one)");
+  std::string op;
+  app.add_option("--op", op, "write, read or fetch-add")->required()->check(CLI::IsMember({"write", "read", "fetch-add"}));
+  app.add_option("--size", size, "bytes of the buffer to cover (K/M/G/T suffixes)")
+      ->required()
+      ->check(size_validator);
+  app.add_option("--block", block, "bytes per op for write and read (K/M/G suffixes)")->check(size_validator);
+  auto* iters_opt = app.add_option("--iters", o.iters, "passes over --size (write, read; default 1), or "
+                                   "fetch-adds per thread (default 10000)")
+                        ->check(CLI::PositiveNumber);
+  app.add_option("--depth", o.depth, "async ops in flight per thread (default 1: synchronous ops)")
+      ->check(CLI::Range(1u, 65536u));
+  app.add_option("--threads", o.threads, "threads sharing one client (default 1)")->check(CLI::Range(1u, 4096u));
+  app.add_option("--stripe-unit", stripe_unit, "stripe unit of a created buffer (default: libsmb's)")
+      ->check(size_validator);
+  app.add_flag("--verify", o.verify, "write or check the verification pattern (exit 1 on a mismatch)");
+  app.add_flag("--keep", o.keep, "keep the temporary buffer (its name is printed)");
+  app.add_flag("--json", o.json, "print one JSON object on stdout");
+  app.add_flag("--verbose,-v", o.verbose, "log libsmb's connection details to stderr");
+
+  try {
+    app.parse(argc, argv);
+    o.op = op == "read" ? Op::read : op == "fetch-add" ? Op::fetch_add : Op::write;
+    o.size = parse_size(size);
+    if (!block.empty()) o.block = parse_size(block);
+    if (!stripe_unit.empty()) o.stripe_unit = parse_size(stripe_unit);
+    if (o.size == 0) throw CLI::ValidationError("--size", "must be greater than zero");
+    if (o.op == Op::fetch_add) {
+      if (o.size < 8) throw CLI::ValidationError("--size", "fetch-add needs at least one 8-byte word");
+      if (iters_opt->count() == 0) o.iters = default_fetch_add_iters;
+    } else if (o.block == 0) {
+      throw CLI::ValidationError("--block", "a block size greater than zero is required for write and read");
+    }
+  } catch (const CLI::ParseError& e) {
+    exit_code = app.exit(e) == 0 ? 0 : 2;  // --help: 0; any usage error: 2
+    return std::nullopt;
+  }
+  if (servers_opt->count() > 0) o.servers = servers;
+  return o;
+}
+
+}  // namespace smb::bench

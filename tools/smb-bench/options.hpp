@@ -1,0 +1,32 @@
+#pragma once
+// smb-bench's command line.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace smb::bench {
+
+enum class Op { write, read, fetch_add };
+const char* op_name(Op op) noexcept;
+
+struct Options {
+  std::optional<std::string> servers;  // --servers; unset: SMB_SERVERS
+  std::string name;                    // empty: a temporary buffer
+  Op op = Op::write;
+  std::uint64_t size = 0;              // bytes of the buffer covered
+  std::uint64_t block = 0;             // bytes per read/write op
+  std::uint64_t iters = 1;             // passes (write/read) or ops per thread (fetch-add)
+  std::uint32_t depth = 1;             // async ops in flight per thread
+  std::uint32_t threads = 1;
+  std::uint64_t stripe_unit = 0;       // for a created buffer; 0: libsmb's default
+  bool verify = false;
+  bool keep = false;
+  bool json = false;
+  bool verbose = false;
+};
+
+// Parses argv. Returns the options, or nothing after printing help or a
+// usage error, with the status to exit with in exit_code.
+std::optional<Options> parse_options(int argc, char** argv, int& exit_code);
+
+}  // namespace smb::bench

@@ -1,0 +1,73 @@
+#pragma once
+// Runs a benchmark body on N threads that start together, and times them.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <latch>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace smb::bench {
+
+// What each thread's body gets: its index, a start() to call once its set-up
+// is done (it returns when every thread is ready and the clock runs), and a
+// stop flag that is raised when another thread failed.
+struct ThreadContext {
+  std::uint32_t index;
+  std::latch& ready;
+  std::latch& go;
+  const std::atomic<bool>& stop;
+  bool started = false;
+  void start() {
+    started = true;
+    ready.count_down();
+    go.wait();
+  }
+};
+
+// Runs body(ThreadContext&) on `count` threads; returns the seconds from the
+// moment all were ready until the last finished. Rethrows the first failure.
+template <class Body>
+double run_threads(std::uint32_t count, Body body) {
+  std::latch ready(static_cast<std::ptrdiff_t>(count) + 1);
+  std::latch go(1);
+  std::atomic<bool> stop{false};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
+  auto record_failure = [&](std::exception_ptr e) {
+    std::lock_guard lock(failure_mutex);
+    if (!failure) failure = std::move(e);
+    stop = true;
+  };
+
+  std::vector<std::thread> threads;
+  threads.reserve(count);
+  std::uint32_t launched = 0;
+  try {
+    for (; launched < count; ++launched) {
+      threads.emplace_back([&, launched] {
+        ThreadContext context{launched, ready, go, stop};
+        try {
+          body(context);
+        } catch (...) {
+          record_failure(std::current_exception());
+        }
+        if (!context.started) ready.count_down();
+      });
+    }
+  } catch (...) {  // could not start a thread: stand in for the missing ones
+    record_failure(std::current_exception());
+    ready.count_down(count - launched);
+  }
+  ready.arrive_and_wait();
+  const auto begin = std::chrono::steady_clock::now();
+  go.count_down();
+  for (auto& t : threads) t.join();
+  const auto end = std::chrono::steady_clock::now();
+  if (failure) std::rethrow_exception(failure);
+  return std::chrono::duration<double>(end - begin).count();
+}
+
+}  // namespace smb::bench

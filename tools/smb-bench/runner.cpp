@@ -1,0 +1,68 @@
+#include "runner.hpp"
+
+#include "bench_buffer.hpp"
+#include "fetch_add.hpp"
+#include "transfer.hpp"
+
+namespace smb::bench {
+namespace {
+
+void run_fetch_add_phase(BenchBuffer& bench, const Options& o, Report& report) {
+  Buffer& buffer = bench.buffer();
+  const std::uint64_t words = o.size / 8;
+  const std::uint64_t touched = touched_words(words, o.iters);
+  std::uint64_t before = 0;
+  if (o.verify) {
+    if (bench.created()) zero_words(buffer, touched);
+    before = sum_words(buffer, touched);  // others' earlier adds on a reused buffer
+  }
+  report.phase = run_fetch_add(buffer, words, o.iters, o.threads);
+  if (!o.verify) return;
+  const std::uint64_t expected = std::uint64_t{o.threads} * o.iters;
+  const std::uint64_t got = sum_words(buffer, touched) - before;
+  report.verified = got == expected;
+  if (got != expected) report.sum = SumMismatch{expected, got};
+}
+
+void run_transfer_phase(BenchBuffer& bench, const Options& o, Report& report) {
+  TransferPlan plan;
+  plan.direction = o.op == Op::write ? Direction::write : Direction::read;
+  plan.size = o.size;
+  plan.block = o.block;
+  plan.iters = o.iters;
+  plan.depth = o.depth;
+  plan.threads = o.threads;
+  plan.pattern = o.verify;
+  report.phase = run_transfer(bench.buffer(), plan);
+  if (!o.verify) return;
+  if (plan.direction == Direction::write) {  // read it all back, untimed
+    plan.direction = Direction::read;
+    plan.iters = 1;
+    report.mismatch = run_transfer(bench.buffer(), plan).mismatch;
+  } else {
+    report.mismatch = report.phase.mismatch;
+  }
+  report.verified = !report.mismatch;
+}
+
+}  // namespace
+
+Report run_benchmark(Client& client, const Options& options) {
+  BenchBuffer bench(client, options);
+  Report report;
+  report.options = options;
+  report.name = bench.name();
+  report.created = bench.created();
+  report.temporary = bench.temporary();
+  const Layout& layout = bench.buffer().layout();
+  report.stripe_unit = layout.stripe_unit;
+  report.servers = layout.servers.size();
+  if (options.op == Op::fetch_add)
+    run_fetch_add_phase(bench, options, report);
+  else
+    run_transfer_phase(bench, options, report);
+  report.paths = client.describe_paths();
+  return report;
+}
+
+}  // namespace smb::bench

@@ -1,0 +1,65 @@
+// smbctl: inspect and manage a Soft Memory Box fabric.
+//   smbctl [--servers LIST] [--json] status | ls | info NAME | rm NAME
+// Exit status: 0 success, 1 a libsmb error, 2 a usage error.
+#include "../common/tool_setup.hpp"
+#include "commands.hpp"
+
+#include <smb/error.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <string>
+
+int main(int argc, char** argv) {
+  CLI::App app{"Inspect and manage the memory servers and buffers of a Soft Memory Box fabric.",
+               "smbctl"};
+  app.fallthrough();  // --servers/--json may also follow the subcommand
+  app.require_subcommand(1);
+  std::string servers_text;
+  bool json = false;
+  bool verbose = false;
+  auto* servers_opt = app.add_option("--servers,-s", servers_text,
+                                     "memory servers as host:port,host:port (default: $SMB_SERVERS)");
+  app.add_flag("--json", json, "print one JSON document instead of a table");
+  app.add_flag("--verbose,-v", verbose, "log libsmb's connection details to stderr");
+
+  std::string name;
+  auto* status = app.add_subcommand("status", "capacity, use, clients and buffers of every server");
+  auto* ls = app.add_subcommand("ls", "list the buffers: size, stripe unit, servers");
+  auto* info = app.add_subcommand("info", "the layout of one buffer: its servers and their shares");
+  info->add_option("name", name, "buffer name")->required();
+  auto* rm = app.add_subcommand("rm", "destroy a buffer on every server");
+  rm->add_option("name", name, "buffer name")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; any usage error: 2
+  }
+
+  smb::tools::init_logging(verbose);
+  std::optional<std::string> servers_flag;
+  if (servers_opt->count() > 0) servers_flag = servers_text;
+  smb::ClientOptions options;
+  try {
+    options = smb::tools::client_options(servers_flag);
+  } catch (const smb::Error& e) {
+    std::cerr << "smbctl: " << e.what() << '\n';
+    return 2;
+  }
+
+  try {
+    smb::Client client(std::move(options));
+    if (status->parsed()) smb::smbctl::show_status(client, json);
+    if (ls->parsed()) smb::smbctl::list_buffers(client, json);
+    if (info->parsed()) smb::smbctl::show_info(client, name, json);
+    if (rm->parsed()) smb::smbctl::remove_buffer(client, name, json);
+  } catch (const std::exception& e) {
+    std::cerr << "smbctl: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}
