@@ -42,7 +42,8 @@ transport::SegmentDescriptor Registry::alloc_segment(SessionId session, const st
   segment->length = length;
   segment->base = pool_.base() + *offset;
   segment->allocator = &allocator_;  // from here on, ~Segment returns the range
-  segment->registration = transport_.register_memory(segment->base, length);
+  // The whole reserved range: page aligned, as transports that map memory need.
+  segment->registration = transport_.register_memory(segment->base, reserved);
   segment->open_handles = 1;
   by_name_[name] = segment;
   by_id_[segment->id] = segment;

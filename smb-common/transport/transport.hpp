@@ -58,6 +58,8 @@ class ServerTransport {
   virtual std::string name() const = 0;
   // Connection information clients need (e.g. a UCX worker address).
   virtual const Bytes& address() const = 0;
+  // Registers a page-aligned range of the pool. A transport may replace the
+  // range's pages with fresh zeroed memory that it can share (UCX does).
   virtual std::unique_ptr<Registration> register_memory(void* base, std::size_t length) = 0;
   // Starts the progress thread; server-assisted ops resolve segments through `resolver`.
   virtual void start(SegmentResolver resolver) = 0;
@@ -91,6 +93,15 @@ class Channel {
   virtual void compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
                             std::uint64_t desired, std::uint64_t* old_value,
                             const CompletionPtr& completion) = 0;
+
+  // The server is known dead (its control connection closed): fail what is
+  // in flight and refuse new ops.
+  virtual void peer_lost(const std::string& reason) = 0;
+  // Why the channel failed, if it did.
+  virtual std::optional<std::string> failure() const = 0;
+  // False where the transport cannot notice a dead server by itself (UCX's
+  // shared-memory lanes), so that the client must watch the control connection.
+  virtual bool detects_peer_failure() const = 0;
 };
 
 class ClientTransport {

@@ -1,15 +1,17 @@
 #pragma once
 // Active-message headers of the UCX "am" data protocol, the path used where
-// UCX only emulates RMA in software (TCP). Hot path: fixed-size PODs, checked
-// for size on receipt and for bounds against the segment before use.
+// UCX only emulates RMA in software (TCP), and for atomics where a path has no
+// atomic lane. Hot path: fixed-size PODs, checked for size on receipt and for
+// bounds against the segment before use.
 #include <cstdint>
 
 namespace smb::transport::ucx {
 
 enum AmId : unsigned {
-  kAmWrite = 1,  // client -> server: header + data to store
-  kAmRead = 2,   // client -> server: header, asks for data
-  kAmReply = 3,  // server -> client: reply header (+ data for reads)
+  kAmWrite = 1,   // client -> server: AmRequestHeader + data to store
+  kAmRead = 2,    // client -> server: AmRequestHeader, asks for data
+  kAmReply = 3,   // server -> client: AmReplyHeader (+ data for reads and atomics)
+  kAmAtomic = 4,  // client -> server: AmAtomicHeader; the reply carries the old value
 };
 
 struct AmRequestHeader {
@@ -19,11 +21,23 @@ struct AmRequestHeader {
   std::uint64_t length;
 };
 
+enum class AmAtomicOp : std::uint32_t { fetch_add = 1, compare_swap = 2 };
+
+struct AmAtomicHeader {
+  std::uint64_t token;
+  std::uint64_t segment_id;
+  std::uint64_t offset;      // 8-byte aligned, inside the segment
+  std::uint32_t op;          // AmAtomicOp
+  std::uint32_t reserved;
+  std::uint64_t operand;     // value to add, or the desired value
+  std::uint64_t compare;     // compare_swap: the expected value
+};
+
 struct AmReplyHeader {
   std::uint64_t token;
   std::int32_t status;       // smb::Errc
   std::uint32_t reserved;
-  std::uint64_t length;      // data bytes that follow (reads)
+  std::uint64_t length;      // data bytes that follow (reads, atomics)
 };
 
 }  // namespace smb::transport::ucx

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -54,7 +56,8 @@ ucp_request_param_t callback_param(OpContext* ctx) {
 
 // Send-side state of an "am" op: the header must outlive the send.
 struct AmSendContext {
-  AmRequestHeader header{};
+  std::array<std::byte, std::max(sizeof(AmRequestHeader), sizeof(AmAtomicHeader))> header{};
+  std::uint64_t token = 0;
   UcxClientTransport* transport = nullptr;
 };
 
@@ -181,80 +184,146 @@ ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::si
 
 // ---------------------------------------------------------------- channel
 
+namespace {
+
+ucp_ep_h create_endpoint(ucp_worker_h worker, const Bytes& address, ucp_err_handling_mode_t mode,
+                         ucp_err_handler_cb_t on_error, void* arg, const std::string& peer) {
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  params.err_mode = mode;
+  if (mode == UCP_ERR_HANDLING_MODE_PEER) {
+    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.err_handler.cb = on_error;
+    params.err_handler.arg = arg;
+  }
+  ucp_ep_h ep = nullptr;
+  check_ucx(ucp_ep_create(worker, &params, &ep), "server " + peer + ": creating a UCX endpoint");
+  return ep;
+}
+
+// Closes an endpoint; a graceful close flushes, and a dead peer must not make it hang.
+void close_endpoint(ucp_worker_h worker, ucp_ep_h ep, bool force) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &p);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline)
+    ucp_worker_progress(worker);
+  if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(worker, request);
+  ucp_request_free(request);
+}
+
+// The UCX transports behind an endpoint's lanes, by purpose.
+struct Lanes {
+  std::set<std::string> rma, amo, am;
+
+  // RMA that a NIC or the kernel does (verbs, CMA, shared memory), rather
+  // than UCX's software emulation over TCP.
+  bool native_rma() const { return !rma.empty() && !rma.contains("tcp"); }
+  // Atomics a NIC does. UCX's shared-memory atomic lanes need keys that a
+  // registered segment does not have, so those go through the server too.
+  bool native_amo() const {
+    static const std::set<std::string> software{"tcp", "sysv", "posix", "cma", "knem", "xpmem", "self"};
+    return !amo.empty() && std::none_of(amo.begin(), amo.end(), [](const auto& t) { return software.contains(t); });
+  }
+
+  std::string summary() const {
+    auto join = [](const std::set<std::string>& s) {
+      std::string out;
+      for (const auto& x : s) out += (out.empty() ? "" : ",") + x;
+      return out.empty() ? std::string("none") : out;
+    };
+    return "rma: " + join(rma) + "; amo: " + join(amo) + "; am: " + join(am);
+  }
+};
+
+Lanes lanes_of(ucp_ep_h ep) {
+  // UCX 1.13 has no query for the transports behind an endpoint's lanes; its
+  // own debug print names them, one "lane[i]: ... tl/dev ... purpose" line each.
+  Lanes lanes;
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return lanes;
+  ucp_ep_print_info(ep, stream);
+  std::fclose(stream);
+  const std::string info(text, size);
+  std::free(text);
+  static const std::regex lane(R"(lane\[\d+\]:\s+\d+:([A-Za-z0-9_]+)/)");
+  std::istringstream lines(info);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, lane)) continue;
+    if (line.find(" rma") != std::string::npos) lanes.rma.insert(m[1].str());
+    if (line.find(" amo") != std::string::npos) lanes.amo.insert(m[1].str());
+    if (line.find(" am ") != std::string::npos || line.find(" am_bw") != std::string::npos)
+      lanes.am.insert(m[1].str());
+  }
+  return lanes;
+}
+
+}  // namespace
+
+// Chooses the endpoint and the data protocol for one server:
+//  1. an endpoint with peer-failure detection; if its RMA is native (verbs),
+//     one-sided RMA it is;
+//  2. else UCX's shared-memory transports, which 1.13 offers only to
+//     endpoints without peer-failure detection: if such an endpoint has native
+//     RMA, use it, and learn of the server's death from its control
+//     connection instead (ClientCore probes it while requests wait);
+//  3. else (TCP) the "am" protocol on the first endpoint: UCX only emulates
+//     RMA over TCP, a round trip per fragment, while active messages stream.
 UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_address, std::string peer,
                        DataProtocol protocol)
     : transport_(transport), peer_(std::move(peer)) {
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.address = reinterpret_cast<const ucp_address_t*>(server_address.data());
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = &UcxChannel::on_error;
-  params.err_handler.arg = this;
   std::lock_guard lock(transport_.mutex_);
-  check_ucx(ucp_ep_create(transport_.worker_.get(), &params, &ep_),
-            "server " + peer_ + ": creating a UCX endpoint");
-  lanes_ = lanes_summary();
-  // UCX over TCP emulates RMA in software (a round trip per fragment through
-  // the server's progress loop); active messages stream the same bytes far
-  // faster, so "automatic" picks them where every RMA lane is tcp.
-  const bool rma_emulated = lanes_.find("rma:") == std::string::npos ||
-                            lanes_.find("rma: tcp") != std::string::npos;
-  use_am_ = protocol == DataProtocol::am || (protocol == DataProtocol::automatic && rma_emulated);
+  ucp_worker_h worker = transport_.worker_.get();
+  ep_ = create_endpoint(worker, server_address, UCP_ERR_HANDLING_MODE_PEER, &UcxChannel::on_error, this, peer_);
+  Lanes lanes = lanes_of(ep_);
+  if (protocol != DataProtocol::am && !lanes.native_rma()) {
+    ucp_ep_h unguarded =
+        create_endpoint(worker, server_address, UCP_ERR_HANDLING_MODE_NONE, nullptr, nullptr, peer_);
+    Lanes unguarded_lanes = lanes_of(unguarded);
+    if (unguarded_lanes.native_rma()) {
+      close_endpoint(worker, std::exchange(ep_, unguarded), true);
+      lanes = std::move(unguarded_lanes);
+      peer_failure_detected_ = false;
+    } else {
+      close_endpoint(worker, unguarded, true);
+    }
+  }
+  use_am_ = protocol == DataProtocol::am || (protocol == DataProtocol::automatic && !lanes.native_rma());
+  am_atomics_ = use_am_ || !lanes.native_amo();
+  lanes_ = lanes.summary();
   spdlog::info("libsmb: server {} via {}", peer_, describe());
 }
 
 UcxChannel::~UcxChannel() {
   std::unique_lock lock(transport_.mutex_);
   transport_.fail_pending(this, Errc::server_gone, "server " + peer_ + ": connection closed");
-  if (ep_ == nullptr) return;
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = failed_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  ucs_status_ptr_t request = ucp_ep_close_nbx(ep_, &p);
-  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
-  // A graceful close flushes; a dead peer must not make it hang.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (ucp_request_check_status(request) == UCS_INPROGRESS &&
-         std::chrono::steady_clock::now() < deadline)
-    ucp_worker_progress(transport_.worker_.get());
-  if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(transport_.worker_.get(), request);
-  ucp_request_free(request);
-}
-
-std::string UcxChannel::lanes_summary() {
-  // UCX has no query for the transports behind an endpoint's lanes in 1.13;
-  // its own debug print names them, one "lane[i]: ... tl/dev ... purpose" line each.
-  char* text = nullptr;
-  std::size_t size = 0;
-  FILE* stream = open_memstream(&text, &size);
-  if (stream == nullptr) return {};
-  ucp_ep_print_info(ep_, stream);
-  std::fclose(stream);
-  std::string info(text, size);
-  std::free(text);
-  std::set<std::string> rma, amo, am;
-  static const std::regex lane(R"(lane\[\d+\]:\s+\d+:([A-Za-z0-9_]+)/([^\s]+))");
-  std::istringstream lines(info);
-  for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (!std::regex_search(line, m, lane)) continue;
-    const std::string tl = m[1].str() + "/" + m[2].str();
-    if (line.find(" rma") != std::string::npos) rma.insert(m[1].str());
-    if (line.find(" amo") != std::string::npos) amo.insert(m[1].str());
-    if (line.find(" am ") != std::string::npos || line.find(" am_bw") != std::string::npos)
-      am.insert(m[1].str());
-  }
-  auto join = [](const std::set<std::string>& s) {
-    std::string out;
-    for (const auto& x : s) out += (out.empty() ? "" : ",") + x;
-    return out.empty() ? std::string("none") : out;
-  };
-  return "rma: " + join(rma) + "; amo: " + join(amo) + "; am: " + join(am);
+  if (ep_ != nullptr) close_endpoint(transport_.worker_.get(), ep_, failed_ || !peer_failure_detected_);
 }
 
 std::string UcxChannel::describe() const {
-  return std::string("ucx, data protocol ") + (use_am_ ? "am" : "rma") + " (lanes " + lanes_ + ")";
+  return std::string("ucx, data protocol ") + (use_am_ ? "am" : "rma") + ", atomics " +
+         (am_atomics_ ? "am" : "rma") + " (lanes " + lanes_ + ")";
+}
+
+void UcxChannel::peer_lost(const std::string& reason) {
+  std::lock_guard lock(transport_.mutex_);
+  if (failed_) return;
+  failed_ = true;
+  failure_ = "server " + peer_ + " is gone: " + reason;
+  transport_.fail_pending(this, Errc::server_gone, failure_);
+}
+
+std::optional<std::string> UcxChannel::failure() const {
+  std::lock_guard lock(transport_.mutex_);
+  if (!failed_) return std::nullopt;
+  return failure_;
 }
 
 void UcxChannel::on_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
@@ -286,8 +355,18 @@ void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, 
   const std::uint64_t token = transport_.next_token_++;
   transport_.pending_.emplace(
       token, UcxClientTransport::PendingAm{completion, this, dst, id == kAmRead ? length : 0, op});
+  AmRequestHeader header{token, seg.descriptor().id, offset, length};
+  send_request(id, &header, sizeof header, id == kAmWrite ? src : nullptr, id == kAmWrite ? length : 0,
+               token, completion, op);
+}
+
+// Sends one request whose reply (matched by `token` in pending_) completes the op.
+void UcxChannel::send_request(unsigned id, const void* header, std::size_t header_length, const void* payload,
+                              std::size_t payload_length, std::uint64_t token,
+                              const CompletionPtr& completion, const char* op) {
   auto ctx = std::make_unique<AmSendContext>();
-  ctx->header = AmRequestHeader{token, seg.descriptor().id, offset, length};
+  std::memcpy(ctx->header.data(), header, header_length);
+  ctx->token = token;
   ctx->transport = &transport_;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -297,16 +376,13 @@ void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, 
     std::unique_ptr<AmSendContext> c(static_cast<AmSendContext*>(user_data));
     if (status == UCS_OK) return;
     auto& pending = c->transport->pending_;
-    if (auto it = pending.find(c->header.token); it != pending.end()) {
+    if (auto it = pending.find(c->token); it != pending.end()) {
       it->second.completion->finish(Errc::transport,
                                     std::string("sending request: UCX error: ") + ucs_status_string(status));
       pending.erase(it);
     }
   };
-  const void* payload = id == kAmWrite ? src : nullptr;
-  const std::size_t payload_length = id == kAmWrite ? length : 0;
-  ucs_status_ptr_t request =
-      ucp_am_send_nbx(ep_, id, &ctx->header, sizeof(ctx->header), payload, payload_length, &p);
+  ucs_status_ptr_t request = ucp_am_send_nbx(ep_, id, ctx->header.data(), header_length, payload, payload_length, &p);
   if (request == nullptr) return;  // sent; ctx freed here, the reply completes the op
   if (UCS_PTR_IS_ERR(request)) {
     transport_.pending_.erase(token);
@@ -352,31 +428,41 @@ void UcxChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::s
         std::move(ctx));
 }
 
-void UcxChannel::atomic(ucp_atomic_op_t op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
-                        std::uint64_t* result, const CompletionPtr& completion, const char* what) {
+void UcxChannel::atomic(AmAtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
+                        std::uint64_t compare, std::uint64_t* result, const CompletionPtr& completion) {
+  const char* what = op == AmAtomicOp::fetch_add ? "fetch-add" : "compare-swap";
   std::lock_guard lock(transport_.mutex_);
   if (!usable(completion, what)) return;
+  if (am_atomics_) {
+    const std::uint64_t token = transport_.next_token_++;
+    transport_.pending_.emplace(
+        token, UcxClientTransport::PendingAm{completion, this, result, sizeof(std::uint64_t), what});
+    const AmAtomicHeader header{token, seg.descriptor().id, offset, static_cast<std::uint32_t>(op), 0,
+                                operand, compare};
+    send_request(kAmAtomic, &header, sizeof header, nullptr, 0, token, completion, what);
+    return;
+  }
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
   auto ctx = std::make_unique<OpContext>(OpContext{completion, operand, "server " + peer_ + ": " + what});
   ucp_request_param_t p = callback_param(ctx.get());
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
   p.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));
   p.reply_buffer = result;
-  track(ucp_atomic_op_nbx(ep_, op, &ctx->operand, 1, remote.descriptor().address + offset,
-                          remote.rkey(), &p),
+  if (op == AmAtomicOp::compare_swap) *result = compare;  // UCX reads the compare value from the reply buffer
+  track(ucp_atomic_op_nbx(ep_, op == AmAtomicOp::fetch_add ? UCP_ATOMIC_OP_ADD : UCP_ATOMIC_OP_CSWAP,
+                          &ctx->operand, 1, remote.descriptor().address + offset, remote.rkey(), &p),
         std::move(ctx));
 }
 
 void UcxChannel::fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value,
                            std::uint64_t* old_value, const CompletionPtr& completion) {
-  atomic(UCP_ATOMIC_OP_ADD, seg, offset, value, old_value, completion, "fetch-add");
+  atomic(AmAtomicOp::fetch_add, seg, offset, value, 0, old_value, completion);
 }
 
 void UcxChannel::compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
                               std::uint64_t desired, std::uint64_t* old_value,
                               const CompletionPtr& completion) {
-  *old_value = expected;  // UCX reads the compare value from the reply buffer
-  atomic(UCP_ATOMIC_OP_CSWAP, seg, offset, desired, old_value, completion, "compare-swap");
+  atomic(AmAtomicOp::compare_swap, seg, offset, desired, expected, old_value, completion);
 }
 
 }  // namespace smb::transport::ucx

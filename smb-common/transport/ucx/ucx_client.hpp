@@ -78,6 +78,9 @@ class UcxChannel final : public Channel {
   void compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
                     std::uint64_t desired, std::uint64_t* old_value,
                     const CompletionPtr& completion) override;
+  void peer_lost(const std::string& reason) override;
+  std::optional<std::string> failure() const override;
+  bool detects_peer_failure() const override { return peer_failure_detected_; }
 
  private:
   friend class UcxClientTransport;
@@ -85,14 +88,18 @@ class UcxChannel final : public Channel {
   bool usable(const CompletionPtr& completion, const char* op);  // under the lock
   void send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, const void* src,
                void* dst, std::size_t length, const CompletionPtr& completion, const char* op);
-  void atomic(ucp_atomic_op_t op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
-              std::uint64_t* result, const CompletionPtr& completion, const char* what);
-  std::string lanes_summary();
+  void send_request(unsigned id, const void* header, std::size_t header_length, const void* payload,
+                    std::size_t payload_length, std::uint64_t token, const CompletionPtr& completion,
+                    const char* op);
+  void atomic(AmAtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
+              std::uint64_t compare, std::uint64_t* result, const CompletionPtr& completion);
 
   UcxClientTransport& transport_;
   std::string peer_;
   ucp_ep_h ep_ = nullptr;
-  bool use_am_ = false;
+  bool use_am_ = false;                 // data through the server ("am") rather than RMA
+  bool am_atomics_ = false;             // atomics through the server (no native atomic lane)
+  bool peer_failure_detected_ = true;   // UCX reports the server's death on this endpoint
   std::string lanes_;
   bool failed_ = false;
   std::string failure_;

@@ -1,5 +1,8 @@
 #include "transport/ucx/ucx_handles.hpp"
 
+#include <sys/mman.h>
+
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -12,6 +15,10 @@ void throw_ucx(ucs_status_t status, const std::string& what) {
 ContextPtr make_context(const char* who) {
   ucp_config_t* config = nullptr;
   check_ucx(ucp_config_read(nullptr, nullptr, &config), std::string(who) + ": reading UCX configuration");
+  // The "am" data protocol needs eager active messages: UCX 1.13's rendezvous
+  // for a message received with ucp_am_recv_data_nbx never completes over TCP
+  // here. RMA is not affected by this threshold. A user setting wins.
+  if (std::getenv("UCX_RNDV_THRESH") == nullptr) ucp_config_modify(config, "RNDV_THRESH", "inf");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                       UCP_PARAM_FIELD_NAME;
@@ -44,17 +51,33 @@ std::vector<std::uint8_t> worker_address(ucp_worker_h worker) {
   return out;
 }
 
-MemoryMap::MemoryMap(ucp_context_h context, void* base, std::size_t length) : context_(context) {
+MemoryMap::MemoryMap(ucp_context_h context, void* base, std::size_t length)
+    : context_(context), base_(base), length_(length) {
+  // UCX's shared-memory transports can reach only memory that UCX allocated
+  // itself (a registered private mapping leaves them no key, and RMA then
+  // falls back to a software path that stalls). So the segment's range of the
+  // pool is replaced, in place, by UCX-allocated shareable memory.
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   params.address = base;
   params.length = length;
-  check_ucx(ucp_mem_map(context_, &params, &memh_),
-            "registering " + std::to_string(length) + " bytes with UCX");
+  params.flags = UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED;
+  const ucs_status_t status = ucp_mem_map(context_, &params, &memh_);
+  if (status != UCS_OK)
+    throw Error(Errc::no_space, "allocating " + std::to_string(length) +
+                                    " bytes of shareable memory with UCX failed (" +
+                                    ucs_status_string(status) + "); is /dev/shm large enough?");
+  // Fault the pages in now, so that the first remote access does not pay for it.
+  auto* bytes = static_cast<volatile std::uint8_t*>(base);
+  for (std::size_t off = 0; off < length; off += 4096) bytes[off] = 0;
 }
 
 MemoryMap::~MemoryMap() {
-  if (memh_ != nullptr) ucp_mem_unmap(context_, memh_);
+  if (memh_ == nullptr) return;
+  ucp_mem_unmap(context_, memh_);
+  // Give the pool back private pages where the shared mapping was.
+  ::mmap(base_, length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 }
 
 std::vector<std::uint8_t> MemoryMap::pack_rkey() const {

@@ -31,7 +31,8 @@ WorkerPtr make_worker(ucp_context_h context, ucs_thread_mode_t mode);
 // A worker's own address, copied out so the UCX buffer can be released.
 std::vector<std::uint8_t> worker_address(ucp_worker_h worker);
 
-// A registered memory region (ucp_mem_map / ucp_mem_unmap).
+// A segment's memory, allocated by UCX in place over a page-aligned range of
+// the pool (ucp_mem_map / ucp_mem_unmap); the range gets fresh zeroed pages.
 class MemoryMap {
  public:
   MemoryMap(ucp_context_h context, void* base, std::size_t length);
@@ -43,6 +44,8 @@ class MemoryMap {
 
  private:
   ucp_context_h context_;
+  void* base_;
+  std::size_t length_;
   ucp_mem_h memh_ = nullptr;
 };
 

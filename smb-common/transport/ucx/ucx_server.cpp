@@ -6,6 +6,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include <atomic>
 #include <cstring>
 
 namespace smb::transport::ucx {
@@ -15,6 +16,7 @@ namespace {
 struct ReplyContext {
   AmReplyHeader header{};
   std::shared_ptr<const void> owner;  // keeps the segment alive while sending from it
+  std::uint64_t value = 0;            // atomics: the old value, sent from here
 };
 
 void reply_sent(void* /*request*/, ucs_status_t status, void* user_data) {
@@ -22,9 +24,12 @@ void reply_sent(void* /*request*/, ucs_status_t status, void* user_data) {
   if (status != UCS_OK) spdlog::debug("am reply not delivered: {}", ucs_status_string(status));
 }
 
+// `data` null with `length` 8 sends `value` (an atomic's old value).
 void send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data, std::size_t length,
-                std::shared_ptr<const void> owner) {
+                std::shared_ptr<const void> owner, std::uint64_t value = 0) {
   auto ctx = std::make_unique<ReplyContext>();
+  ctx->value = value;
+  if (data == nullptr && length == sizeof value) data = &ctx->value;
   ctx->header.token = token;
   ctx->header.status = static_cast<std::int32_t>(status);
   ctx->header.length = length;
@@ -74,6 +79,7 @@ UcxServerTransport::UcxServerTransport()
   if (!wake_fd_) throw Error(Errc::internal, "smbd: eventfd failed");
   set_handler(kAmWrite, &UcxServerTransport::on_write);
   set_handler(kAmRead, &UcxServerTransport::on_read);
+  set_handler(kAmAtomic, &UcxServerTransport::on_atomic);
 }
 
 UcxServerTransport::~UcxServerTransport() { stop(); }
@@ -196,6 +202,48 @@ ucs_status_t UcxServerTransport::on_read(void* arg, const void* header, std::siz
   }
   // Zero-copy from the segment; `owner` keeps it alive until the send completes.
   send_reply(param->reply_ep, h.token, Errc::ok, access.base + h.offset, h.length, access.owner);
+  return UCS_OK;
+}
+
+}  // namespace smb::transport::ucx
+
+namespace smb::transport::ucx {
+
+// Atomics for clients whose path has no atomic lane (TCP). The server CPU's
+// atomic instructions are coherent with UCX's shared-memory atomics, which
+// also run on the CPU; NIC atomics (verbs) are not, so one buffer should not
+// mix the two (docs/architecture.md).
+ucs_status_t UcxServerTransport::on_atomic(void* arg, const void* header, std::size_t header_length,
+                                           void* data, std::size_t /*length*/,
+                                           const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxServerTransport*>(arg);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(self->worker_.get(), data);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
+  AmAtomicHeader h{};
+  if (header_length != sizeof h) {
+    send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
+    return UCS_OK;
+  }
+  std::memcpy(&h, header, sizeof h);
+  SegmentAccess access;
+  Errc check = check_request(self->resolver_, AmRequestHeader{h.token, h.segment_id, h.offset, 8}, access);
+  if (check == Errc::ok && h.offset % sizeof(std::uint64_t) != 0) check = Errc::invalid_argument;
+  const auto op = static_cast<AmAtomicOp>(h.op);
+  if (check == Errc::ok && op != AmAtomicOp::fetch_add && op != AmAtomicOp::compare_swap)
+    check = Errc::protocol;
+  if (check != Errc::ok) {
+    send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
+    return UCS_OK;
+  }
+  std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(access.base + h.offset));
+  std::uint64_t old = 0;
+  if (op == AmAtomicOp::fetch_add) {
+    old = word.fetch_add(h.operand);
+  } else {
+    old = h.compare;
+    word.compare_exchange_strong(old, h.operand);
+  }
+  send_reply(param->reply_ep, h.token, Errc::ok, nullptr, sizeof old, {}, old);
   return UCS_OK;
 }
 
