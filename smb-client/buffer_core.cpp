@@ -5,12 +5,14 @@
 #include "protocol/messages.hpp"
 #include "protocol/striping.hpp"
 
+#include <algorithm>
+
 namespace smb {
 
 BufferCore::BufferCore(std::shared_ptr<ClientCore> client, Layout layout,
                        std::vector<std::unique_ptr<transport::RemoteSegment>> segments)
     : client_(std::move(client)), layout_(std::move(layout)), segments_(std::move(segments)) {
-  for (const auto& s : layout_.servers) channels_.push_back(client_->link(s).channel.get());
+  for (const auto& s : layout_.servers) links_.push_back(&client_->link(s));
 }
 
 BufferCore::~BufferCore() {
@@ -32,35 +34,44 @@ void BufferCore::check_range(const char* op, std::uint64_t offset, std::uint64_t
                 describe(op, offset, length) + " is out of range (buffer size " + std::to_string(layout_.size) + ")");
 }
 
-Request BufferCore::write(std::uint64_t offset, std::span<const std::byte> data) {
-  check_range("write", offset, data.size());
+std::vector<protocol::StripePiece> BufferCore::pieces(std::uint64_t offset, std::uint64_t length) const {
+  return protocol::split_range(
+      {layout_.size, layout_.stripe_unit, static_cast<std::uint32_t>(layout_.servers.size())}, offset, length);
+}
+
+std::shared_ptr<Request::State> BufferCore::start(std::string what, const std::vector<protocol::StripePiece>& pieces) {
   auto state = std::make_shared<Request::State>();
   state->client = client_;
   state->completion = std::make_shared<transport::Completion>();
   state->deadline = std::chrono::steady_clock::now() + client_->timeout();
-  state->what = describe("write", offset, data.size());
-  const auto pieces = protocol::split_range(
-      {layout_.size, layout_.stripe_unit, static_cast<std::uint32_t>(layout_.servers.size())}, offset, data.size());
+  state->what = std::move(what);
+  for (const auto& p : pieces) {
+    auto* link = links_[p.server];
+    if (std::find(state->links.begin(), state->links.end(), link) != state->links.end()) continue;
+    link->check_alive();
+    state->links.push_back(link);
+  }
   state->completion->expect(static_cast<int>(pieces.size()));
-  for (const auto& p : pieces)
-    channels_[p.server]->put(*segments_[p.server], p.local_offset, data.data() + p.request_offset, p.length,
-                             state->completion);
+  return state;
+}
+
+Request BufferCore::write(std::uint64_t offset, std::span<const std::byte> data) {
+  check_range("write", offset, data.size());
+  const auto split = pieces(offset, data.size());
+  auto state = start(describe("write", offset, data.size()), split);
+  for (const auto& p : split)
+    links_[p.server]->channel->put(*segments_[p.server], p.local_offset, data.data() + p.request_offset,
+                                   p.length, state->completion);
   return Request(state);
 }
 
 Request BufferCore::read(std::uint64_t offset, std::span<std::byte> out) {
   check_range("read", offset, out.size());
-  auto state = std::make_shared<Request::State>();
-  state->client = client_;
-  state->completion = std::make_shared<transport::Completion>();
-  state->deadline = std::chrono::steady_clock::now() + client_->timeout();
-  state->what = describe("read", offset, out.size());
-  const auto pieces = protocol::split_range(
-      {layout_.size, layout_.stripe_unit, static_cast<std::uint32_t>(layout_.servers.size())}, offset, out.size());
-  state->completion->expect(static_cast<int>(pieces.size()));
-  for (const auto& p : pieces)
-    channels_[p.server]->get(*segments_[p.server], p.local_offset, out.data() + p.request_offset, p.length,
-                             state->completion);
+  const auto split = pieces(offset, out.size());
+  auto state = start(describe("read", offset, out.size()), split);
+  for (const auto& p : split)
+    links_[p.server]->channel->get(*segments_[p.server], p.local_offset, out.data() + p.request_offset,
+                                   p.length, state->completion);
   return Request(state);
 }
 
@@ -69,17 +80,11 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
   check_range(op, offset, sizeof(std::uint64_t));
   if (offset % sizeof(std::uint64_t) != 0)
     throw Error(Errc::invalid_argument, describe(op, offset, 8) + ": offset must be 8-byte aligned");
-  auto state = std::make_shared<Request::State>();
-  state->client = client_;
-  state->completion = std::make_shared<transport::Completion>();
-  state->deadline = std::chrono::steady_clock::now() + client_->timeout();
-  state->what = describe(op, offset, 8);
   // Stripe units are multiples of 8, so an aligned word never straddles servers.
-  const auto piece = protocol::split_range(
-      {layout_.size, layout_.stripe_unit, static_cast<std::uint32_t>(layout_.servers.size())}, offset, 8)
-                         .front();
-  state->completion->expect();
-  auto& channel = *channels_[piece.server];
+  const auto split = pieces(offset, sizeof(std::uint64_t));
+  auto state = start(describe(op, offset, 8), split);
+  const auto& piece = split.front();
+  auto& channel = *links_[piece.server]->channel;
   auto& segment = *segments_[piece.server];
   if (compare_swap)
     channel.compare_swap(segment, piece.local_offset, a, b, &state->result, state->completion);

@@ -3,6 +3,7 @@
 // channel) per memory server, and the buffer-level control flows
 // (create/open/destroy) that span servers.
 #include "control_connection.hpp"
+#include "protocol/striping.hpp"
 #include "transport/transport.hpp"
 
 #include <smb/client.hpp>
@@ -17,6 +18,14 @@ namespace client {
 struct ServerLink {
   std::unique_ptr<ControlConnection> control;
   std::unique_ptr<transport::Channel> channel;
+
+  // Where the transport cannot see a dead server itself, the closed control
+  // connection tells: the channel is failed, so that ops fail instead of
+  // waiting for their timeout (or writing into memory nobody serves).
+  void check_alive() {
+    if (!channel->detects_peer_failure() && control->peer_closed())
+      channel->peer_lost("its control connection closed");
+  }
 };
 }  // namespace client
 
@@ -67,11 +76,14 @@ class BufferCore {
  private:
   std::string describe(const char* op, std::uint64_t offset, std::uint64_t length) const;
   void check_range(const char* op, std::uint64_t offset, std::uint64_t length) const;
+  std::vector<protocol::StripePiece> pieces(std::uint64_t offset, std::uint64_t length) const;
+  // A request over `pieces`, its servers checked for liveness first.
+  std::shared_ptr<Request::State> start(std::string what, const std::vector<protocol::StripePiece>& pieces);
 
   std::shared_ptr<ClientCore> client_;
   Layout layout_;
   std::vector<std::unique_ptr<transport::RemoteSegment>> segments_;  // per layout server; null: no share
-  std::vector<transport::Channel*> channels_;
+  std::vector<client::ServerLink*> links_;  // per layout server
   std::once_flag closed_;
 };
 
@@ -81,6 +93,7 @@ struct Request::State {
   std::chrono::steady_clock::time_point deadline;
   std::string what;  // "buffer 'x': write of N bytes at offset O"
   std::uint64_t result = 0;  // atomics: the old value
+  std::vector<client::ServerLink*> links;  // the servers the request involves
 };
 
 }  // namespace smb

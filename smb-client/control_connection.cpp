@@ -2,6 +2,10 @@
 
 #include "util/parse.hpp"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 namespace smb::client {
 
 namespace asio = boost::asio;
@@ -69,6 +73,22 @@ protocol::Body ControlConnection::call(protocol::MessageType type, const protoco
   auto reply = protocol::decode_body(body);
   protocol::throw_if_error(reply, "server " + peer_ + ": " + what);
   return reply;
+}
+
+bool ControlConnection::peer_closed() {
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  std::int64_t last = last_probe_ns_.load(std::memory_order_relaxed);
+  if (now - last < 1'000'000 || !last_probe_ns_.compare_exchange_strong(last, now)) return false;
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock) return false;
+  if (broken_) return true;
+  // The server sends nothing unasked, so readable means closed (or reset).
+  char byte = 0;
+  const ssize_t n = ::recv(socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) broken_ = true;
+  return broken_;
 }
 
 }  // namespace smb::client

@@ -5,6 +5,7 @@
 
 #include <boost/asio.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -18,6 +19,10 @@ class ControlConnection {
   // the server and the message (unreachable, gone, timeout, or the server's error).
   protocol::Body call(protocol::MessageType type, const protocol::Body& request);
   const std::string& peer() const { return peer_; }
+  // True once the server has closed the connection (or it broke). Never
+  // blocks: skips the check while a call is in progress, and checks at most
+  // once per millisecond, so the data path may call it per op.
+  bool peer_closed();
 
  private:
   template <class Start>
@@ -30,6 +35,7 @@ class ControlConnection {
   boost::asio::ip::tcp::socket socket_;
   std::uint32_t next_request_ = 1;
   bool broken_ = false;
+  std::atomic<std::int64_t> last_probe_ns_{0};
 };
 
 }  // namespace smb::client

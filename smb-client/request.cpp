@@ -17,6 +17,13 @@ bool Request::test() {
 void Request::wait() {
   if (!state_) throw Error(Errc::invalid_argument, "wait() on an empty smb::Request");
   while (!test()) {
+    for (auto* link : state_->links) {
+      link->check_alive();
+      if (auto failure = link->channel->failure()) {
+        state_->client->transport().abandon(*state_->completion);
+        throw Error(Errc::server_gone, state_->what + ": " + *failure);
+      }
+    }
     if (std::chrono::steady_clock::now() > state_->deadline) {
       state_->client->transport().abandon(*state_->completion);
       throw Error(Errc::timeout, state_->what + ": not completed within " +

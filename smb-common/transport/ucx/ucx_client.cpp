@@ -443,12 +443,15 @@ void UcxChannel::atomic(AmAtomicOp op, RemoteSegment& seg, std::uint64_t offset,
     return;
   }
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
-  auto ctx = std::make_unique<OpContext>(OpContext{completion, operand, "server " + peer_ + ": " + what});
+  // UCX's compare-and-swap compares with `buffer` and swaps in the reply
+  // buffer's value, which the old value then overwrites.
+  const bool cas = op == AmAtomicOp::compare_swap;
+  auto ctx = std::make_unique<OpContext>(OpContext{completion, cas ? compare : operand, "server " + peer_ + ": " + what});
   ucp_request_param_t p = callback_param(ctx.get());
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
   p.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));
   p.reply_buffer = result;
-  if (op == AmAtomicOp::compare_swap) *result = compare;  // UCX reads the compare value from the reply buffer
+  if (cas) *result = operand;
   track(ucp_atomic_op_nbx(ep_, op == AmAtomicOp::fetch_add ? UCP_ATOMIC_OP_ADD : UCP_ATOMIC_OP_CSWAP,
                           &ctx->operand, 1, remote.descriptor().address + offset, remote.rkey(), &p),
         std::move(ctx));
