@@ -22,6 +22,14 @@ Request Buffer::write_async(std::uint64_t offset, std::span<const std::byte> dat
   return require(core_).write(offset, data);
 }
 Request Buffer::read_async(std::uint64_t offset, std::span<std::byte> out) { return require(core_).read(offset, out); }
+void Buffer::apply(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
+                   std::span<const std::byte> x) {
+  require(core_).apply(op, type, offset, count, alpha, x, nullptr, 0);
+}
+void Buffer::apply_from(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
+                        const Buffer& source, std::uint64_t source_offset) {
+  require(core_).apply(op, type, offset, count, alpha, {}, &require(source.core_), source_offset);
+}
 std::uint64_t Buffer::fetch_add(std::uint64_t offset, std::uint64_t value) {
   return require(core_).atomic(false, offset, value, 0);
 }

@@ -117,6 +117,9 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
     // Undo: no half-created buffer may keep the name or the memory.
     for (const auto& s : allocated) {
       try {
+        // Close our handle first: a destroyed segment's memory returns only
+        // once no handle is open on it.
+        link(s).control->call(MessageType::close_segment, {{"name", name}});
         link(s).control->call(MessageType::destroy, {{"name", name}});
       } catch (const Error&) {
       }

@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <thread>
+
 namespace smb::server {
 
 namespace asio = boost::asio;
@@ -40,14 +43,23 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   void read_body() {
     asio::async_read(socket_, asio::buffer(body_), [self = shared_from_this()](auto ec, std::size_t) {
       if (ec) return self->end(ec.message());
-      protocol::Body reply;
-      try {
-        reply = self->server_.handler_.handle(self->id_, self->request_.type, protocol::decode_body(self->body_));
-      } catch (const Error& e) {
-        reply = protocol::error_reply(e.code(), e.what());
+      if (self->request_.type == static_cast<std::uint16_t>(protocol::MessageType::vector_op)) {
+        // One request at a time per session, so the session waits for this reply.
+        return asio::post(self->server_.workers_, [self] {
+          auto reply = self->handle();
+          asio::post(self->socket_.get_executor(), [self, reply = std::move(reply)] { self->send(reply); });
+        });
       }
-      self->send(reply);
+      self->send(self->handle());
     });
+  }
+
+  protocol::Body handle() {
+    try {
+      return server_.handler_.handle(id_, request_.type, protocol::decode_body(body_));
+    } catch (const Error& e) {
+      return protocol::error_reply(e.code(), e.what());
+    }
   }
 
   void send(const protocol::Body& reply) {
@@ -81,7 +93,11 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
 
 ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, Registry& registry,
                              ServerIdentity& identity)
-    : io_(io), acceptor_(io), registry_(registry), handler_(registry, identity, clients_) {
+    : io_(io),
+      acceptor_(io),
+      registry_(registry),
+      handler_(registry, identity, clients_),
+      workers_(std::max(1u, std::thread::hardware_concurrency())) {
   acceptor_.open(listen.protocol());
   acceptor_.set_option(tcp::acceptor::reuse_address(true));
   acceptor_.bind(listen);  // throws boost::system::system_error (e.g. address in use)

@@ -27,6 +27,9 @@ class ControlServer {
   Registry& registry_;
   std::atomic<std::uint32_t> clients_{0};
   RequestHandler handler_;
+  // Vector ops run here, off the io thread, so that one large op does not
+  // stall every other client's control requests.
+  boost::asio::thread_pool workers_;
   std::set<std::shared_ptr<Session>> sessions_;  // touched only on the io thread
   SessionId next_session_ = 1;
 };

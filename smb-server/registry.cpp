@@ -2,6 +2,7 @@
 
 #include "protocol/messages.hpp"
 #include "util/parse.hpp"
+#include "vector_kernels.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -148,6 +149,54 @@ void Registry::session_closed(SessionId session) {
   std::erase_if(records_, [&](const auto& entry) {
     return !entry.second.committed && entry.second.owner == session;
   });
+}
+
+std::shared_ptr<Segment> Registry::find(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) throw Error(Errc::not_found, "no segment of buffer '" + name + "' here");
+  return it->second;
+}
+
+std::uint64_t Registry::version(const std::string& name) const { return find(name)->version.load(); }
+
+std::uint64_t Registry::apply(const VectorRequest& r) {
+  const std::string what = std::string(vector_op_name(r.op)) + " on buffer '" + r.name + "'";
+  const std::uint64_t esize = element_size(r.type);
+  if (esize == 0) throw Error(Errc::invalid_argument, what + ": unknown element type");
+  if (r.count == 0) throw Error(Errc::invalid_argument, what + ": count must be greater than zero");
+  if (r.offset % esize != 0)
+    throw Error(Errc::invalid_argument, what + ": offset " + std::to_string(r.offset) + " is not a multiple of the " +
+                                            std::to_string(esize) + "-byte element size");
+  if (r.count > UINT64_MAX / esize) throw Error(Errc::out_of_range, what + ": count is too large");
+  const std::uint64_t bytes = r.count * esize;
+  auto target = find(r.name);
+  if (r.offset > target->length || bytes > target->length - r.offset)
+    throw Error(Errc::out_of_range, what + ": " + std::to_string(bytes) + " bytes at offset " +
+                                        std::to_string(r.offset) + " exceed this server's share of " +
+                                        std::to_string(target->length) + " bytes");
+  std::shared_ptr<Segment> source;  // keeps the source's memory alive while reading it
+  const std::byte* x = nullptr;
+  if (needs_source(r.op)) {
+    if (r.source) {
+      source = find(*r.source);
+      if (r.source_offset > source->length || bytes > source->length - r.source_offset)
+        throw Error(Errc::out_of_range, what + ": source '" + *r.source + "' has no " + std::to_string(bytes) +
+                                            " bytes at offset " + std::to_string(r.source_offset) + " here");
+      x = source->base + r.source_offset;
+      const std::byte* y = target->base + r.offset;
+      if (x != y && x < y + bytes && y < x + bytes)
+        throw Error(Errc::invalid_argument, what + ": source and target overlap partially");
+    } else {
+      if (r.data.size() != bytes)
+        throw Error(Errc::invalid_argument, what + ": " + std::to_string(r.data.size()) +
+                                                " bytes of data sent for " + std::to_string(bytes));
+      x = reinterpret_cast<const std::byte*>(r.data.data());
+    }
+  }
+  std::lock_guard op_lock(target->op_mutex);
+  apply_vector_op(r.op, r.type, target->base + r.offset, x, r.count, r.alpha);
+  return target->version.fetch_add(1) + 1;
 }
 
 std::optional<transport::SegmentAccess> Registry::resolve(std::uint64_t segment_id) const {

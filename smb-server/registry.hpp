@@ -11,6 +11,11 @@
 #include "transport/transport.hpp"
 
 #include <smb/client.hpp>
+#include <smb/vector_ops.hpp>
+
+#include <atomic>
+#include <optional>
+#include <vector>
 
 #include <map>
 #include <memory>
@@ -32,7 +37,23 @@ struct Segment {
   std::uint32_t open_handles = 0;
   bool unlinked = false;
   SegmentAllocator* allocator = nullptr;
+  std::mutex op_mutex;                    // server-side vector ops apply one at a time
+  std::atomic<std::uint64_t> version{0};  // advanced by every applied vector op
   ~Segment();
+};
+
+// A server-side vector op on this server's piece of a buffer, validated by
+// Registry::apply before it touches memory.
+struct VectorRequest {
+  std::string name;
+  VectorOp op = VectorOp::accumulate;
+  DType type = DType::f32;
+  std::uint64_t offset = 0;  // bytes into the segment
+  std::uint64_t count = 0;   // elements
+  double alpha = 1.0;
+  std::vector<std::uint8_t> data;     // x sent with the request, or
+  std::optional<std::string> source;  // x in this server's segment of another buffer
+  std::uint64_t source_offset = 0;
 };
 
 struct ServerStats {
@@ -60,6 +81,10 @@ class Registry {
   Layout get_layout(const std::string& name) const;
   std::vector<Layout> list_layouts() const;
 
+  // Applies a vector op; returns the segment's new version.
+  std::uint64_t apply(const VectorRequest& request);
+  std::uint64_t version(const std::string& name) const;
+
   void session_closed(SessionId session);
   std::optional<transport::SegmentAccess> resolve(std::uint64_t segment_id) const;
   ServerStats stats() const;
@@ -71,6 +96,7 @@ class Registry {
     SessionId owner = 0;  // the creator, until it commits
   };
   transport::SegmentDescriptor describe(const Segment& segment) const;
+  std::shared_ptr<Segment> find(const std::string& name) const;
   void release_handle(SessionId session, std::uint64_t segment_id);  // under mutex_
 
   MemoryPool& pool_;

@@ -16,6 +16,28 @@ Body segment_body(const transport::SegmentDescriptor& d) {
               {"rkey", protocol::binary(d.remote_key)}};
 }
 
+VectorRequest vector_request(const Body& req) {
+  const char* what = "vector_op";
+  VectorRequest r;
+  r.name = protocol::get_string(req, "name", what);
+  const auto op = protocol::get_u64(req, "op", what);
+  const auto type = protocol::get_u64(req, "dtype", what);
+  if (op < 1 || op > 4) throw Error(Errc::invalid_argument, "vector_op: unknown op " + std::to_string(op));
+  if (type < 1 || type > 4) throw Error(Errc::invalid_argument, "vector_op: unknown dtype " + std::to_string(type));
+  r.op = static_cast<VectorOp>(op);
+  r.type = static_cast<DType>(type);
+  r.offset = protocol::get_u64(req, "offset", what);
+  r.count = protocol::get_u64(req, "count", what);
+  r.alpha = req.contains("alpha") ? protocol::get_double(req, "alpha", what) : 1.0;
+  if (req.contains("source")) {
+    r.source = protocol::get_string(req, "source", what);
+    r.source_offset = protocol::get_u64(req, "source_offset", what);
+  } else if (req.contains("data")) {
+    r.data = protocol::get_binary(req, "data", what);
+  }
+  return r;
+}
+
 }  // namespace
 
 Body RequestHandler::handle(SessionId session, std::uint16_t type, const Body& request) {
@@ -81,6 +103,10 @@ Body RequestHandler::dispatch(SessionId session, MessageType type, const Body& r
                                  {"clients", clients_.load()},
                                  {"buffers", buffers}});
     }
+    case MessageType::vector_op:
+      return protocol::ok_reply({{"version", registry_.apply(vector_request(req))}});
+    case MessageType::get_version:
+      return protocol::ok_reply({{"version", registry_.version(protocol::get_string(req, "name", what))}});
     case MessageType::list_layouts: {
       Body layouts = Body::array();
       for (const auto& l : registry_.list_layouts()) layouts.push_back(protocol::layout_to_body(l));

@@ -7,9 +7,10 @@
 namespace smb::server {
 
 SegmentAllocator::SegmentAllocator(std::uint64_t capacity, std::uint64_t alignment)
-    : capacity_(capacity - capacity % alignment), alignment_(alignment) {
+    : alignment_(alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0)
     throw Error(Errc::invalid_argument, "allocator alignment must be a power of two");
+  capacity_ = capacity - capacity % alignment;
   if (capacity_ > 0) insert_free(0, capacity_);
 }
 

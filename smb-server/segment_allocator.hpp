@@ -29,7 +29,7 @@ class SegmentAllocator {
   void insert_free(std::uint64_t offset, std::uint64_t length);
   void erase_free(std::map<std::uint64_t, std::uint64_t>::iterator it);
 
-  const std::uint64_t capacity_;
+  std::uint64_t capacity_ = 0;
   const std::uint64_t alignment_;
   mutable std::mutex mutex_;
   std::map<std::uint64_t, std::uint64_t> by_offset_;           // offset -> length

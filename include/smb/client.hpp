@@ -11,6 +11,7 @@
 // to overlapping bytes that are in flight at the same time land in no
 // defined order; atomics on one 8-byte word are atomic across all clients.
 #include <smb/error.hpp>
+#include <smb/vector_ops.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -116,6 +117,20 @@ class Buffer {
   // 64-bit atomics on the word at `offset` (8-byte aligned); return the old value.
   std::uint64_t fetch_add(std::uint64_t offset, std::uint64_t value);
   std::uint64_t compare_swap(std::uint64_t offset, std::uint64_t expected, std::uint64_t desired);
+
+  // Server-side vector op on `count` elements of `type` at byte `offset`
+  // (element aligned): every server holding part of the region applies the op
+  // to its part, all in parallel; returns once all have. Ops on one server's
+  // part of a buffer apply one at a time, so concurrent accumulates from many
+  // clients never lose an update. `x` holds count elements (empty for scale).
+  void apply(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
+             std::span<const std::byte> x = {});
+  // The same with x in `source` at byte `source_offset`, e.g. a worker's
+  // delta area written with write(). `source` must be striped like this
+  // buffer (same servers, same stripe unit) and source_offset - offset a
+  // multiple of stripe unit * servers, so that x lies on the same servers.
+  void apply_from(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
+                  const Buffer& source, std::uint64_t source_offset);
 
   // Releases this handle on every server (also done by the destructor).
   void close();

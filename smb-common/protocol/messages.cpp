@@ -34,6 +34,8 @@ const char* message_name(std::uint16_t type) {
     case MessageType::stat: return "stat";
     case MessageType::list_layouts: return "list_layouts";
     case MessageType::abandon_name: return "abandon_name";
+    case MessageType::vector_op: return "vector_op";
+    case MessageType::get_version: return "get_version";
   }
   return "unknown";
 }
@@ -111,6 +113,12 @@ bool get_bool(const Body& body, const char* field, std::string_view what) {
   return it->get<bool>();
 }
 
+double get_double(const Body& body, const char* field, std::string_view what) {
+  auto it = body.find(field);
+  if (it == body.end() || !it->is_number()) bad_field(what, field, "a number");
+  return it->get<double>();
+}
+
 void validate_name(std::string_view name) {
   if (name.empty() || name.size() > kMaxNameLength)
     throw Error(Errc::invalid_argument, "buffer name '" + std::string(name.substr(0, 64)) +
@@ -118,10 +126,10 @@ void validate_name(std::string_view name) {
                                             " characters long");
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    std::strchr("._:/@+-", c) != nullptr;
+                    std::strchr("._:/@+-_", c) != nullptr;
     if (!ok || c == '\0')
       throw Error(Errc::invalid_argument, "buffer name '" + std::string(name) +
-                                              "' has a character outside [A-Za-z0-9._:/@+-]");
+                                              "' has a character outside [A-Za-z0-9._:/@+-_]");
   }
 }
 
@@ -139,7 +147,8 @@ void throw_if_error(const Body& reply, const std::string& context) {
   if (ok == reply.end() || !ok->is_boolean())
     throw Error(Errc::protocol, context + ": reply has no 'ok' field");
   if (ok->get<bool>()) return;
-  int code = reply.value("errc", static_cast<int>(Errc::internal));
+  auto errc = reply.find("errc");
+  int code = errc != reply.end() && errc->is_number_integer() ? errc->get<int>() : static_cast<int>(Errc::internal);
   if (code <= 0 || code > static_cast<int>(Errc::internal)) code = static_cast<int>(Errc::internal);
   std::string message = reply.contains("error") && reply["error"].is_string()
                             ? reply["error"].get<std::string>()

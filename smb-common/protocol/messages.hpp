@@ -42,6 +42,8 @@ enum class MessageType : std::uint16_t {
   stat = 9,            // {} -> {capacity, used, largest_free, huge_pages, clients, buffers[]}
   list_layouts = 10,   // {} -> {layouts: [bin]}
   abandon_name = 11,   // home server: {name} -> {} (undo a reservation)
+  vector_op = 12,      // {name, op, dtype, offset, count, alpha, data(bin) | source+source_offset} -> {version}
+  get_version = 13,    // {name} -> {version}
 };
 
 const char* message_name(std::uint16_t type);
@@ -66,10 +68,11 @@ std::string get_string(const Body& body, const char* field, std::string_view wha
 std::uint64_t get_u64(const Body& body, const char* field, std::string_view what);
 Bytes get_binary(const Body& body, const char* field, std::string_view what);
 bool get_bool(const Body& body, const char* field, std::string_view what);
+double get_double(const Body& body, const char* field, std::string_view what);
 
 inline Body binary(Bytes bytes) { return Body::binary(std::move(bytes)); }
 
-// Buffer names: 1-200 characters of [A-Za-z0-9._:/@+-]. Throws invalid_argument.
+// Buffer names: 1-200 characters of [A-Za-z0-9._:/@+-_]. Throws invalid_argument.
 void validate_name(std::string_view name);
 
 Body ok_reply(Body fields = Body::object());

@@ -30,6 +30,8 @@ const char* op_name(Op op) noexcept {
     case Op::write: return "write";
     case Op::read: return "read";
     case Op::fetch_add: return "fetch-add";
+    case Op::accumulate: return "accumulate";
+    case Op::axpy: return "axpy";
   }
   return "?";
 }
@@ -44,13 +46,24 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
       "blocks split among --threads threads, each with up to --depth ops in flight (latency\n"
       "is from issue to observed completion, completions are awaited in issue order).\n"
       "fetch-add: each thread adds 1 to the 8-byte words of the buffer in turn, --iters times.\n"
+      "accumulate/axpy: the servers add V (axpy: A*V) to every --dtype element, --iters times,\n"
+      "in --block sized requests (default: the whole --size); --verify zeroes a created buffer\n"
+      "first and checks the result, so it assumes nobody else updates the buffer meanwhile.\n"
       "--verify: write stores a pattern that depends only on the byte offset and reads it all\n"
       "back; read checks every byte against it; fetch-add checks the sum of the words.",
       "smb-bench"};
   auto* servers_opt = app.add_option("--servers,-s", servers, "memory servers as host:port,... (default: $SMB_SERVERS)");
   app.add_option("--name,-n", o.name, "buffer to open, or create when missing (default: a temporary one)");
   std::string op;
-  app.add_option("--op", op, "write, read or fetch-add")->required()->check(CLI::IsMember({"write", "read", "fetch-add"}));
+  app.add_option("--op", op, "write, read, fetch-add, accumulate or axpy")
+      ->required()
+      ->check(CLI::IsMember({"write", "read", "fetch-add", "accumulate", "axpy"}));
+  std::string dtype = "f32";
+  app.add_option("--dtype", dtype, "element type of accumulate/axpy")
+      ->check(CLI::IsMember({"f32", "f64", "f16", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--value", o.value, "accumulate/axpy: every element of x")->capture_default_str();
+  app.add_option("--alpha", o.alpha, "axpy: y = alpha*x + y")->capture_default_str();
   app.add_option("--size", size, "bytes of the buffer to cover (K/M/G/T suffixes)")
       ->required()
       ->check(size_validator);
@@ -70,7 +83,12 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
 
   try {
     app.parse(argc, argv);
-    o.op = op == "read" ? Op::read : op == "fetch-add" ? Op::fetch_add : Op::write;
+    o.op = op == "read"         ? Op::read
+           : op == "fetch-add"  ? Op::fetch_add
+           : op == "accumulate" ? Op::accumulate
+           : op == "axpy"       ? Op::axpy
+                                : Op::write;
+    o.dtype = *parse_dtype(dtype);
     o.size = parse_size(size);
     if (!block.empty()) o.block = parse_size(block);
     if (!stripe_unit.empty()) o.stripe_unit = parse_size(stripe_unit);
@@ -78,6 +96,9 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     if (o.op == Op::fetch_add) {
       if (o.size < 8) throw CLI::ValidationError("--size", "fetch-add needs at least one 8-byte word");
       if (iters_opt->count() == 0) o.iters = default_fetch_add_iters;
+    } else if (o.op == Op::accumulate || o.op == Op::axpy) {
+      if (o.size < element_size(o.dtype)) throw CLI::ValidationError("--size", "smaller than one element");
+      if (o.block == 0) o.block = o.size;
     } else if (o.block == 0) {
       throw CLI::ValidationError("--block", "a block size greater than zero is required for write and read");
     }

@@ -1,12 +1,14 @@
 #pragma once
 // smb-bench's command line.
+#include <smb/vector_ops.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 
 namespace smb::bench {
 
-enum class Op { write, read, fetch_add };
+enum class Op { write, read, fetch_add, accumulate, axpy };
 const char* op_name(Op op) noexcept;
 
 struct Options {
@@ -19,6 +21,9 @@ struct Options {
   std::uint32_t depth = 1;             // async ops in flight per thread
   std::uint32_t threads = 1;
   std::uint64_t stripe_unit = 0;       // for a created buffer; 0: libsmb's default
+  DType dtype = DType::f32;            // accumulate, axpy
+  double value = 1.0;                  // every element of x
+  double alpha = 1.0;                  // axpy's a
   bool verify = false;
   bool keep = false;
   bool json = false;

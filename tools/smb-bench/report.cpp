@@ -72,6 +72,13 @@ void print_json(std::ostream& out, Report& r) {
   if (r.mismatch)
     doc["mismatch"] = {{"offset", r.mismatch->offset}, {"expected", r.mismatch->expected}, {"got", r.mismatch->got}};
   if (r.sum) doc["sum_mismatch"] = {{"expected", r.sum->expected}, {"got", r.sum->got}};
+  if (r.value)
+    doc["value_mismatch"] = {{"element", r.value->element}, {"expected", r.value->expected}, {"got", r.value->got}};
+  if (o.op == Op::accumulate || o.op == Op::axpy) {
+    doc["dtype"] = dtype_name(o.dtype);
+    doc["value"] = o.value;
+    doc["alpha"] = o.alpha;
+  }
   out << doc.dump() << '\n';
 }
 
@@ -83,6 +90,10 @@ void print_human(std::ostream& out, Report& r) {
       << " server(s), stripe unit " << util::format_bytes(r.stripe_unit) << '\n';
   if (o.op == Op::fetch_add)
     out << "  " << o.iters << " fetch-add(s) per thread, " << o.threads << " thread(s)\n";
+  else if (o.op == Op::accumulate || o.op == Op::axpy)
+    out << "  " << o.iters << " pass(es) of " << dtype_name(o.dtype) << " " << op_name(o.op) << " (value " << o.value
+        << (o.op == Op::axpy ? ", alpha " + fixed(o.alpha, 3) : std::string()) << ") in "
+        << util::format_bytes(o.block) << " requests\n";
   else
     out << "  " << o.iters << " pass(es) in " << util::format_bytes(o.block) << " blocks, depth " << o.depth
         << ", " << o.threads << " thread(s)\n";
@@ -96,6 +107,8 @@ void print_human(std::ostream& out, Report& r) {
       out << ": first bad byte at offset " << r.mismatch->offset << ", expected " << hex_byte(r.mismatch->expected)
           << ", got " << hex_byte(r.mismatch->got);
     if (r.sum) out << ": the words' sum grew by " << r.sum->got << ", expected " << r.sum->expected;
+    if (r.value)
+      out << ": element " << r.value->element << " is " << r.value->got << ", expected " << r.value->expected;
     out << '\n';
   }
   for (const auto& path : r.paths) out << "  path       " << path << '\n';

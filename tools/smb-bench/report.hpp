@@ -23,6 +23,7 @@ struct Report {
   std::optional<bool> verified;        // unset: --verify not given
   std::optional<Mismatch> mismatch;    // write/read verification
   std::optional<SumMismatch> sum;      // fetch-add verification
+  std::optional<ValueMismatch> value;  // accumulate/axpy verification
 };
 
 // Sorts the report's latency samples.

@@ -19,6 +19,13 @@ struct SumMismatch {
   std::uint64_t got = 0;
 };
 
+// accumulate/axpy --verify: the first element that did not hold `expected`.
+struct ValueMismatch {
+  std::uint64_t element = 0;
+  double expected = 0;
+  double got = 0;
+};
+
 struct PhaseResult {
   std::uint64_t ops = 0;
   std::uint64_t bytes = 0;

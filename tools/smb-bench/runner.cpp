@@ -3,6 +3,7 @@
 #include "bench_buffer.hpp"
 #include "fetch_add.hpp"
 #include "transfer.hpp"
+#include "vector_op.hpp"
 
 namespace smb::bench {
 namespace {
@@ -22,6 +23,16 @@ void run_fetch_add_phase(BenchBuffer& bench, const Options& o, Report& report) {
   const std::uint64_t got = sum_words(buffer, touched) - before;
   report.verified = got == expected;
   if (got != expected) report.sum = SumMismatch{expected, got};
+}
+
+void run_vector_phase(BenchBuffer& bench, const Options& o, Report& report) {
+  Buffer& buffer = bench.buffer();
+  if (o.verify && bench.created()) zero_elements(buffer, o);
+  report.phase = run_vector_op(buffer, o);
+  if (!o.verify) return;
+  if (!bench.created()) return;  // others may have updated an existing buffer: nothing to compare with
+  report.value = check_elements(buffer, o, expected_increment(o));
+  report.verified = !report.value;
 }
 
 void run_transfer_phase(BenchBuffer& bench, const Options& o, Report& report) {
@@ -59,6 +70,8 @@ Report run_benchmark(Client& client, const Options& options) {
   report.servers = layout.servers.size();
   if (options.op == Op::fetch_add)
     run_fetch_add_phase(bench, options, report);
+  else if (options.op == Op::accumulate || options.op == Op::axpy)
+    run_vector_phase(bench, options, report);
   else
     run_transfer_phase(bench, options, report);
   report.paths = client.describe_paths();

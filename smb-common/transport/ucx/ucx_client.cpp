@@ -298,7 +298,7 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
   use_am_ = protocol == DataProtocol::am || (protocol == DataProtocol::automatic && !lanes.native_rma());
   am_atomics_ = use_am_ || !lanes.native_amo();
   lanes_ = lanes.summary();
-  spdlog::info("libsmb: server {} via {}", peer_, describe());
+  spdlog::debug("libsmb: server {} via {}", peer_, describe());
 }
 
 UcxChannel::~UcxChannel() {

@@ -1,0 +1,114 @@
+// Server-side vector ops from the client's side: one request per server
+// holding part of the region (a server's stripes of a range are contiguous in
+// its segment), sent to all servers in parallel over their control
+// connections. Inline data is gathered per server and sent in chunks that
+// fit a control frame.
+#include "client_core.hpp"
+
+#include "protocol/messages.hpp"
+
+#include <future>
+#include <map>
+
+namespace smb {
+
+namespace {
+
+// Inline x per control message: well under protocol::kMaxBodySize.
+constexpr std::uint64_t kInlineChunk = 512u << 10;
+
+struct ServerPart {
+  std::uint64_t local_offset = 0;  // first byte of the region in this server's segment
+  std::uint64_t length = 0;
+  std::vector<std::uint8_t> data;  // inline x, in local order
+};
+
+}  // namespace
+
+void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
+                       std::span<const std::byte> data, const BufferCore* source, std::uint64_t source_offset) {
+  const std::uint64_t esize = element_size(type);
+  std::string what = std::string(vector_op_name(op)) + " (" + dtype_name(type) + ") on buffer '" + layout_.name +
+                     "' at offset " + std::to_string(offset);
+  if (esize == 0) throw Error(Errc::invalid_argument, what + ": unknown element type");
+  if (count == 0 || count > layout_.size / esize)
+    throw Error(Errc::out_of_range, what + ": " + std::to_string(count) + " elements do not fit the buffer");
+  const std::uint64_t bytes = count * esize;
+  check_range(vector_op_name(op), offset, bytes);
+  if (offset % esize != 0)
+    throw Error(Errc::invalid_argument, what + ": offset is not a multiple of the element size");
+  const bool inline_x = needs_source(op) && source == nullptr;
+  if (inline_x && data.size() != bytes)
+    throw Error(Errc::invalid_argument, what + ": x has " + std::to_string(data.size()) + " bytes, " +
+                                            std::to_string(count) + " elements need " + std::to_string(bytes));
+  std::int64_t source_shift = 0;  // source local offset minus target local offset, per server
+  if (needs_source(op) && source != nullptr) {
+    const auto& sl = source->layout();
+    const std::uint64_t period = layout_.stripe_unit * layout_.servers.size();
+    if (sl.servers != layout_.servers || sl.stripe_unit != layout_.stripe_unit)
+      throw Error(Errc::invalid_argument, what + ": source buffer '" + sl.name +
+                                              "' is not striped like the target (same servers and stripe unit)");
+    if (source_offset > sl.size || bytes > sl.size - source_offset)
+      throw Error(Errc::out_of_range, what + ": source '" + sl.name + "' has no " + std::to_string(bytes) +
+                                          " bytes at offset " + std::to_string(source_offset));
+    const auto delta = static_cast<std::int64_t>(source_offset) - static_cast<std::int64_t>(offset);
+    if (delta % static_cast<std::int64_t>(period) != 0)
+      throw Error(Errc::invalid_argument, what + ": source offset - offset must be a multiple of " +
+                                              std::to_string(period) + " (stripe unit x servers)");
+    source_shift = delta / static_cast<std::int64_t>(layout_.servers.size());
+  }
+
+  std::map<std::uint32_t, ServerPart> parts;
+  for (const auto& p : pieces(offset, bytes)) {
+    auto [it, fresh] = parts.try_emplace(p.server, ServerPart{p.local_offset, 0, {}});
+    it->second.length += p.length;
+    if (inline_x) {
+      const auto* from = reinterpret_cast<const std::uint8_t*>(data.data()) + p.request_offset;
+      it->second.data.insert(it->second.data.end(), from, from + p.length);
+    }
+  }
+
+  auto run_part = [&](std::uint32_t server, const ServerPart& part) {
+    auto* link = links_[server];
+    link->check_alive();
+    const std::uint64_t chunk = inline_x ? kInlineChunk / esize * esize : part.length;
+    for (std::uint64_t done = 0; done < part.length; done += chunk) {
+      const std::uint64_t n = std::min(chunk, part.length - done);
+      protocol::Body req{{"name", layout_.name},
+                         {"op", static_cast<std::uint64_t>(op)},
+                         {"dtype", static_cast<std::uint64_t>(type)},
+                         {"offset", part.local_offset + done},
+                         {"count", n / esize},
+                         {"alpha", alpha}};
+      if (inline_x) {
+        req["data"] = protocol::binary({part.data.begin() + static_cast<std::ptrdiff_t>(done),
+                                        part.data.begin() + static_cast<std::ptrdiff_t>(done + n)});
+      } else if (needs_source(op)) {
+        req["source"] = source->layout().name;
+        req["source_offset"] = static_cast<std::uint64_t>(
+            static_cast<std::int64_t>(part.local_offset + done) + source_shift);
+      }
+      link->control->call(protocol::MessageType::vector_op, req);
+    }
+  };
+  std::vector<std::future<void>> calls;
+  for (const auto& [server, part] : parts)
+    calls.push_back(std::async(std::launch::async, run_part, server, std::cref(part)));
+  std::exception_ptr first;
+  for (auto& c : calls) {
+    try {
+      c.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) {
+    try {
+      std::rethrow_exception(first);
+    } catch (const Error& e) {
+      throw Error(e.code(), what + ": " + e.what());
+    }
+  }
+}
+
+}  // namespace smb

@@ -1,0 +1,21 @@
+#pragma once
+// The arithmetic of server-side vector ops (include/smb/vector_ops.hpp):
+// plain loops the compiler vectorises (this file's .cpp is built with -O3),
+// split over the machine's cores for large regions.
+#include <smb/vector_ops.hpp>
+
+#include <cstddef>
+
+namespace smb::server {
+
+// y[i] = op(y[i], x[i], alpha) for i < count. `x` may be null for scale.
+// x and y may alias exactly (same address); partial overlap is not allowed.
+void apply_vector_op(VectorOp op, DType type, std::byte* y, const std::byte* x, std::size_t count, double alpha);
+
+// Half-precision conversions (round to nearest, ties to even), exposed for tests.
+float f16_to_f32(std::uint16_t bits) noexcept;
+std::uint16_t f32_to_f16(float value) noexcept;
+float bf16_to_f32(std::uint16_t bits) noexcept;
+std::uint16_t f32_to_bf16(float value) noexcept;
+
+}  // namespace smb::server
