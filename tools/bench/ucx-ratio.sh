@@ -15,7 +15,8 @@
 #   --perftest-only   measure only ucx_perftest (no smbd/smb-bench)
 #   --skip-build      use the binaries already in build/$PRESET
 # Environment: PRESET (release), PERFTEST_ITERS (shm 4000, tcp 1000),
-#   PERFTEST_WARMUP (100), BENCH_ITERS (4), BENCH_SIZE (256M), BENCH_TIMEOUT_S (600).
+#   PERFTEST_WARMUP (100), BENCH_ITERS (4), BENCH_DEPTH (1: synchronous 1 MiB ops),
+#   BENCH_SIZE (256M), BENCH_TIMEOUT_S (600).
 # If any measurement fails the report goes to build/$PRESET/ucx-ratio/ instead,
 # the exit status is 1, and docs/benchmarks.md is left alone.
 set -euo pipefail
@@ -33,6 +34,7 @@ MSG_SIZE=1048576
 BLOCK=1M
 BENCH_SIZE=${BENCH_SIZE:-256M}
 BENCH_ITERS=${BENCH_ITERS:-4}
+BENCH_DEPTH=${BENCH_DEPTH:-1}
 BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-600}
 PERFTEST_WARMUP=${PERFTEST_WARMUP:-100}
 PERFTEST_TIMEOUT_S=300
@@ -193,7 +195,7 @@ smb_bench() {
   local label=$1 tls=$2 op=$3 name=$4 log json
   log="$WORK/smb-bench-${tls:-shm}-$op.json"
   local cmd=(smb-bench --servers "$SMBD_ADDR" --name "$name" --op "$op" --size "$BENCH_SIZE"
-             --block "$BLOCK" --iters "$BENCH_ITERS" --json)
+             --block "$BLOCK" --iters "$BENCH_ITERS" --depth "$BENCH_DEPTH" --json)
   record_command "$tls" "taskset -c $CLIENT_CPU ${cmd[*]}"
   note "$(tls_prefix "$tls")${cmd[*]}"
   if ! with_tls "$tls" timeout "$BENCH_TIMEOUT_S" taskset -c "$CLIENT_CPU" "$SMB_BENCH" "${cmd[@]:1}" \
@@ -235,9 +237,9 @@ write_report() {
   if [[ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ]]; then commit="$commit (with local changes)"; fi
   mkdir -p "$(dirname "$output")"
   python3 - "$RESULTS" "$COMMANDS" "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(nproc)" "${cpu:-unknown}" \
-    "${ucx:-unknown}" "$commit" "$BENCH_SIZE" "$BENCH_ITERS" "$FAILURES" >"$output" <<'EOF'
+    "${ucx:-unknown}" "$commit" "$BENCH_SIZE" "$BENCH_ITERS" "$BENCH_DEPTH" "$FAILURES" >"$output" <<'EOF'
 import sys
-results_file, commands_file, date, nproc, cpu, ucx, commit, size, iters, failures = sys.argv[1:]
+results_file, commands_file, date, nproc, cpu, ucx, commit, size, iters, depth, failures = sys.argv[1:]
 rows = {}
 for line in open(results_file):
     label, tool, op, bps, detail = line.rstrip("\n").split("\t")
@@ -263,7 +265,7 @@ print("the neighbours' load from run to run. The ratios, taken back to back on t
 print("same machine and transport, are what this file tracks. The target on shared")
 print("memory is a ratio of at least 0.95.\n")
 print("## smb-bench / ucx_perftest\n")
-print(f"smb-bench moves {size} per pass ({iters} passes) in 1 MiB blocks, one op in")
+print(f"smb-bench moves {size} per pass ({iters} passes) in 1 MiB blocks, {depth} op(s) in")
 print("flight, through one smbd. ucx_perftest moves 1 MiB messages between two")
 print("processes on the same UCX transport. Bandwidth in MiB/s (ucx_perftest's \"MB/s\").\n")
 print("| transport | op | ucx_perftest test | ucx_perftest MiB/s | smb-bench MiB/s | **ratio** | vs ucp_am_bw (MiB/s, ratio) | data path libsmb chose |")

@@ -1,13 +1,16 @@
 #include "vector_op.hpp"
 
 #include "parallel.hpp"
-#include "vector_elements.hpp"
+#include "../common/vector_elements.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
 namespace smb::bench {
+
+using tools::element_at;
+using tools::filled_elements;
 
 PhaseResult run_vector_op(Buffer& buffer, const Options& o) {
   const std::size_t esize = element_size(o.dtype);

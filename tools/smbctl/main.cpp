@@ -1,5 +1,5 @@
 // smbctl: inspect and manage a Soft Memory Box fabric.
-//   smbctl [--servers LIST] [--json] status | ls | info NAME | rm NAME
+//   smbctl [--servers LIST] [--json] status | ls | info NAME | rm NAME | dump NAME --dtype T
 // Exit status: 0 success, 1 a libsmb error, 2 a usage error.
 #include "../common/tool_setup.hpp"
 #include "commands.hpp"
@@ -33,6 +33,14 @@ int main(int argc, char** argv) {
   info->add_option("name", name, "buffer name")->required();
   auto* rm = app.add_subcommand("rm", "destroy a buffer on every server");
   rm->add_option("name", name, "buffer name")->required();
+  auto* dump = app.add_subcommand("dump", "print elements of a buffer, one per line");
+  dump->add_option("name", name, "buffer name")->required();
+  std::string dtype;
+  std::uint64_t offset = 0;
+  std::optional<std::uint64_t> count;
+  dump->add_option("--dtype", dtype, "element type")->required()->check(CLI::IsMember({"f32", "f64", "f16", "bf16"}));
+  dump->add_option("--offset", offset, "first element (default 0)");
+  dump->add_option("--count", count, "elements to print (default: to the end)");
 
   try {
     app.parse(argc, argv);
@@ -57,6 +65,7 @@ int main(int argc, char** argv) {
     if (ls->parsed()) smb::smbctl::list_buffers(client, json);
     if (info->parsed()) smb::smbctl::show_info(client, name, json);
     if (rm->parsed()) smb::smbctl::remove_buffer(client, name, json);
+    if (dump->parsed()) smb::smbctl::dump_elements(client, name, *smb::parse_dtype(dtype), offset, count, json);
   } catch (const std::exception& e) {
     std::cerr << "smbctl: " << e.what() << '\n';
     return 1;

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-namespace smb::bench {
+namespace smb::tools {
 
 inline double element_at(DType type, const std::byte* bytes, std::size_t index) {
   const std::byte* p = bytes + index * element_size(type);
@@ -47,4 +47,4 @@ inline std::vector<std::byte> filled_elements(DType type, std::size_t count, dou
   return out;
 }
 
-}  // namespace smb::bench
+}  // namespace smb::tools
