@@ -1,0 +1,161 @@
+// 64-bit atomics on buffer words: fetch-add from many threads (and clients)
+// loses no update and hands out every old value exactly once; compare-swap
+// swaps only on a match and always returns the old value.
+#include "data.hpp"
+#include "fabric.hpp"
+
+#include <smb/client.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace {
+
+using namespace smb::test;
+
+class AtomicsTest : public FabricTest {
+ protected:
+  static constexpr int kThreads = 4;
+  static constexpr std::uint64_t kAddsPerThread = 300;
+  static constexpr std::uint64_t kUnit = 4096;
+  // One counter in each of the first three stripes (servers 0, 1, 2 when
+  // there are three), not at the start of its stripe.
+  static constexpr std::uint64_t kCounters[] = {8, kUnit + 16, 2 * kUnit + 24};
+
+  smb::Buffer make_counters(smb::Client& client) {
+    smb::BufferOptions o;
+    o.stripe_unit = kUnit;
+    auto buffer = client.create("counters", 3 * kUnit, o);
+    buffer.write(0, ByteVec(3 * kUnit));
+    return buffer;
+  }
+
+  std::uint64_t word(smb::Buffer& buffer, std::uint64_t offset) {
+    ByteVec bytes(8);
+    buffer.read(offset, bytes);
+    return load_u64(bytes);
+  }
+
+  // Thread t adds 1 to counter i % 3 on its i-th step, recording old values.
+  static std::string add_loop(smb::Buffer& buffer, std::vector<std::uint64_t> (&olds)[3]) {
+    try {
+      for (std::uint64_t i = 0; i < kAddsPerThread; ++i) olds[i % 3].push_back(buffer.fetch_add(kCounters[i % 3], 1));
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return {};
+  }
+
+  // Every counter ends at its number of adds, and its old values are exactly
+  // 0..adds-1: no update lost, none applied twice.
+  void check_counters(smb::Buffer& buffer, std::vector<std::vector<std::uint64_t>>& olds_per_counter) {
+    for (int c = 0; c < 3; ++c) {
+      auto& olds = olds_per_counter[static_cast<std::size_t>(c)];
+      const std::uint64_t adds = olds.size();
+      EXPECT_EQ(word(buffer, kCounters[c]), adds) << "counter " << c;
+      std::sort(olds.begin(), olds.end());
+      for (std::uint64_t i = 0; i < adds; ++i)
+        if (olds[i] != i) {
+          ADD_FAILURE() << "counter " << c << ": the old values returned are not exactly 0.." << adds - 1
+                        << " (sorted, position " << i << " holds " << olds[i] << ")";
+          break;
+        }
+    }
+  }
+
+  void run_threads(bool client_per_thread) {
+    auto client = make_client();
+    auto buffer = make_counters(client);
+    std::vector<std::uint64_t> olds[kThreads][3];
+    std::vector<std::string> errors(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        const auto ti = static_cast<std::size_t>(t);
+        try {
+          if (!client_per_thread) {
+            errors[ti] = add_loop(buffer, olds[ti]);
+            return;
+          }
+          auto own = make_client();
+          auto mine = own.open("counters");
+          errors[ti] = add_loop(mine, olds[ti]);
+        } catch (const std::exception& e) {
+          errors[ti] = e.what();
+        }
+      });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) ASSERT_EQ(errors[static_cast<std::size_t>(t)], "") << "thread " << t;
+    std::vector<std::vector<std::uint64_t>> merged(3);
+    for (auto& per_thread : olds)
+      for (int c = 0; c < 3; ++c)
+        merged[static_cast<std::size_t>(c)].insert(merged[static_cast<std::size_t>(c)].end(), per_thread[c].begin(),
+                                                   per_thread[c].end());
+    std::uint64_t total = 0;
+    for (auto& m : merged) total += m.size();
+    EXPECT_EQ(total, kThreads * kAddsPerThread);
+    check_counters(buffer, merged);
+  }
+};
+
+TEST_P(AtomicsTest, FetchAddFromThreadsSharingAClientSumsExactly) { run_threads(false); }
+
+TEST_P(AtomicsTest, FetchAddFromAClientPerThreadSumsExactly) { run_threads(true); }
+
+TEST_P(AtomicsTest, FetchAddReturnsTheOldValueAndWraps) {
+  auto client = make_client();
+  auto buffer = make_counters(client);
+  EXPECT_EQ(buffer.fetch_add(kCounters[1], 5), 0u);
+  EXPECT_EQ(buffer.fetch_add(kCounters[1], 7), 5u);
+  EXPECT_EQ(word(buffer, kCounters[1]), 12u);
+  EXPECT_EQ(buffer.fetch_add(kCounters[1], ~std::uint64_t{0}), 12u);  // adding 2^64-1 subtracts 1
+  EXPECT_EQ(word(buffer, kCounters[1]), 11u);
+  EXPECT_EQ(word(buffer, kCounters[1] + 8), 0u) << "the neighbouring word was touched";
+}
+
+TEST_P(AtomicsTest, CompareSwapSwapsOnlyOnAMatch) {
+  auto client = make_client();
+  auto buffer = make_counters(client);
+  const auto at = kCounters[2];
+  EXPECT_EQ(buffer.compare_swap(at, 0, 42), 0u) << "match: returns the old value";
+  EXPECT_EQ(word(buffer, at), 42u);
+  EXPECT_EQ(buffer.compare_swap(at, 7, 99), 42u) << "mismatch: returns the current value";
+  EXPECT_EQ(word(buffer, at), 42u) << "mismatch must not write";
+  EXPECT_EQ(buffer.compare_swap(at, 42, 0xFFFFFFFFFFFFFFFFull), 42u);
+  EXPECT_EQ(buffer.fetch_add(at, 0), 0xFFFFFFFFFFFFFFFFull);
+  // A plain write is seen by compare-swap, and vice versa.
+  buffer.write(at, u64_bytes(0x1122334455667788ull));
+  EXPECT_EQ(buffer.compare_swap(at, 0x1122334455667788ull, 1), 0x1122334455667788ull);
+  EXPECT_EQ(word(buffer, at), 1u);
+}
+
+TEST_P(AtomicsTest, CompareSwapLoopsFromThreadsLoseNoUpdate) {
+  auto client = make_client();
+  auto buffer = make_counters(client);
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        for (std::uint64_t i = 0; i < kAddsPerThread / 3; ++i) {
+          std::uint64_t seen = buffer.compare_swap(kCounters[0], 0, 0);  // read atomically
+          for (;;) {
+            const std::uint64_t old = buffer.compare_swap(kCounters[0], seen, seen + 1);
+            if (old == seen) break;
+            seen = old;
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(t)] = e.what();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) ASSERT_EQ(errors[static_cast<std::size_t>(t)], "") << "thread " << t;
+  EXPECT_EQ(word(buffer, kCounters[0]), kThreads * (kAddsPerThread / 3));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabrics, AtomicsTest, testing::ValuesIn(all_fabrics()), fabric_name);
+
+}  // namespace

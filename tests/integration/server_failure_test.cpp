@@ -1,0 +1,116 @@
+// Losing a server: a client whose server was SIGKILLed gets an smb::Error
+// within its timeout, never a hang; servers that are still up keep serving;
+// and SIGTERM shuts a daemon with connected clients down cleanly (exit 0).
+#include "data.hpp"
+#include "expect_error.hpp"
+#include "fabric.hpp"
+
+#include <smb/client.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iostream>
+
+namespace {
+
+using namespace smb::test;
+using Clock = std::chrono::steady_clock;
+
+class ServerFailureTest : public FabricTest {
+ protected:
+  static constexpr std::chrono::milliseconds kShortTimeout{3000};
+  // The time an op may take to fail: its timeout plus scheduling slack.
+  static constexpr auto kFailWithin = kShortTimeout + std::chrono::seconds(2);
+
+  static smb::BufferOptions small_stripes() {
+    smb::BufferOptions o;
+    o.stripe_unit = 4096;
+    return o;
+  }
+
+  // Runs `op`, expecting an smb::Error (any code) within kFailWithin.
+  template <class F>
+  void expect_prompt_error(F op, const std::string& what) {
+    const auto start = Clock::now();
+    try {
+      op();
+      ADD_FAILURE() << what << ": succeeded although its server was killed";
+    } catch (const smb::Error& e) {
+      SUCCEED() << what << ": " << smb::errc_name(e.code()) << ": " << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": threw a non-smb exception: " << e.what();
+    }
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    EXPECT_LT(took, kFailWithin) << what << " took " << took.count() << " ms to fail";
+  }
+};
+
+TEST_P(ServerFailureTest, KilledServerGivesDataOpsAnErrorNotAHang) {
+  auto client = make_client(kShortTimeout);
+  const std::uint64_t size = 3 * 4096 * 2;
+  auto buffer = client.create("victim", size, small_stripes());
+  // Works before the kill (reported, but the kill checks below run regardless).
+  EXPECT_NO_THROW(buffer.write(0, pattern_bytes(0, size)));
+  server(0).kill();
+  ByteVec got(size);
+  expect_prompt_error([&] { buffer.write(0, pattern_bytes(0, size)); }, "write over every server");
+  expect_prompt_error([&] { buffer.read(0, got); }, "read over every server");
+  // Every word on the killed server: the layout's server index 0 may not be server(0).
+  const auto& servers = buffer.layout().servers;
+  const auto index = static_cast<std::uint64_t>(
+      std::find(servers.begin(), servers.end(), server(0).address()) - servers.begin());
+  expect_prompt_error([&] { buffer.fetch_add(index * 4096, 1); }, "fetch-add on the killed server");
+  expect_prompt_error([&] { buffer.compare_swap(index * 4096 + 8, 0, 1); }, "compare-swap on the killed server");
+}
+
+TEST_P(ServerFailureTest, KilledServerGivesControlOpsAnErrorNotAHang) {
+  auto client = make_client(kShortTimeout);
+  auto buffer = client.create("victim", 3 * 4096, small_stripes());
+  server(0).kill();
+  expect_prompt_error([&] { client.status(); }, "status");
+  // Small stripes: the killed server must hold a share of the new buffer.
+  expect_prompt_error([&] { client.create("another", 3 * 4096, small_stripes()); }, "create");
+  expect_prompt_error([&] { smb::Client fresh(client_options(kShortTimeout)); }, "connect a new client");
+  EXPECT_NO_THROW(buffer.close()) << "closing a buffer on a dead server must not throw";
+}
+
+TEST_P(ServerFailureTest, SurvivingServersKeepServing) {
+  if (server_count() < 2) GTEST_SKIP() << "needs a server that survives";
+  auto client = make_client(kShortTimeout);
+  smb::BufferOptions on_survivors = small_stripes();
+  for (std::size_t i = 1; i < static_cast<std::size_t>(server_count()); ++i)
+    on_survivors.servers.push_back(server(i).address());
+  const std::uint64_t size = 5 * 4096 + 3;
+  auto buffer = client.create("safe", size, on_survivors);
+  buffer.write(0, pattern_bytes(0, size));
+  server(0).kill();
+  ByteVec got(size);
+  buffer.read(0, got);
+  EXPECT_TRUE(holds_pattern(got, 0));
+  buffer.write(0, pattern_bytes(0, size, 0x77));
+  buffer.read(0, got);
+  EXPECT_TRUE(same_bytes(pattern_bytes(0, size, 0x77), got));
+}
+
+TEST_P(ServerFailureTest, SigtermWithConnectedClientsExitsZero) {
+  auto client = make_client(kShortTimeout);
+  auto buffer = client.create("open-at-exit", 3 * 4096 + 5, small_stripes());
+  try {
+    // Data in flight before too, when the data path works; whether it does
+    // is other tests' business, so a failure here is only noted.
+    buffer.write(0, pattern_bytes(0, buffer.size()));
+  } catch (const smb::Error& e) {
+    std::cerr << "note: write before SIGTERM failed: " << e.what() << '\n';
+  }
+  for (std::size_t i = 0; i < static_cast<std::size_t>(server_count()); ++i) {
+    const auto status = server(i).terminate(std::chrono::seconds(10));
+    ASSERT_TRUE(status.has_value()) << server(i).address() << " ignored SIGTERM for 10 s\n" << server(i).log();
+    EXPECT_TRUE(status->success()) << server(i).address() << ": " << status->describe() << "\n" << server(i).log();
+  }
+  expect_prompt_error([&] { client.status(); }, "status after the servers exited");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabrics, ServerFailureTest, testing::ValuesIn(all_fabrics()), fabric_name);
+
+}  // namespace

@@ -1,0 +1,91 @@
+// The smbd command line and lifecycle, independent of any client: it
+// announces where it listens, exits 0 on SIGTERM/SIGINT, and refuses bad
+// flags, a port in use or impossible memory with a non-zero exit and a
+// message saying what to do.
+#include "process.hpp"
+#include "smbd_process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <stdexcept>
+
+namespace {
+
+using namespace smb::test;
+using namespace std::chrono_literals;
+
+ToolResult run_smbd(const std::vector<std::string>& args) { return run_tool(smbd_path(), args, 30s); }
+
+TEST(SmbdCli, AnnouncesAnOsChosenPort) {
+  SmbdProcess smbd;
+  EXPECT_EQ(smbd.address().rfind("127.0.0.1:", 0), 0u) << smbd.address();
+  EXPECT_NE(smbd.address(), "127.0.0.1:0") << "the bound port, not the requested 0";
+  EXPECT_TRUE(smbd.running());
+}
+
+// The harness itself: a daemon that never gets ready fails the test at once
+// with the daemon's own complaint, instead of hanging or blaming the client.
+TEST(SmbdCli, HarnessReportsADaemonThatNeverGetsReady) {
+  SmbdOptions options;
+  options.capacity = "12Q";
+  try {
+    SmbdProcess smbd(options);
+    ADD_FAILURE() << "smbd --capacity 12Q became ready";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("before printing 'smbd ready on HOST:PORT'"), std::string::npos) << what;
+    EXPECT_NE(what.find("12Q"), std::string::npos) << "should quote smbd's stderr: " << what;
+  }
+}
+
+TEST(SmbdCli, SigtermExitsZero) {
+  SmbdProcess smbd;
+  const auto status = smbd.terminate(10s);
+  ASSERT_TRUE(status.has_value()) << "smbd still running 10 s after SIGTERM\n" << smbd.log();
+  EXPECT_TRUE(status->success()) << status->describe() << "\n" << smbd.log();
+}
+
+TEST(SmbdCli, SigintExitsZero) {
+  SmbdProcess smbd;
+  const auto status = smbd.signal_and_wait(SIGINT, 10s);
+  ASSERT_TRUE(status.has_value()) << "smbd still running 10 s after SIGINT\n" << smbd.log();
+  EXPECT_TRUE(status->success()) << status->describe() << "\n" << smbd.log();
+}
+
+TEST(SmbdCli, BadFlagsExitNonZeroWithAMessage) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--listen", "127.0.0.1:0", "--capacity", "64M", "--no-such-flag"},
+      {"--listen", "127.0.0.1:0"},  // --capacity is required
+      {"--listen", "127.0.0.1:0", "--capacity", "12Q"},
+      {"--listen", "127.0.0.1:0", "--capacity", "0"},
+      {"--listen", "not-an-address", "--capacity", "64M"},
+      {"--listen", "127.0.0.1:99999", "--capacity", "64M"},
+      {"--listen", "127.0.0.1:0", "--capacity", "64M", "--transport", "carrier-pigeon"},
+  };
+  for (const auto& args : cases) {
+    const auto r = run_smbd(args);
+    std::string line;
+    for (const auto& a : args) line += a + " ";
+    EXPECT_FALSE(r.timed_out) << line;
+    EXPECT_TRUE(r.status.exited && r.status.code != 0) << line << "\n" << r.describe();
+    EXPECT_FALSE(r.err.empty()) << line << ": no message on stderr";
+    EXPECT_EQ(r.out.find("smbd ready"), std::string::npos) << line;
+  }
+}
+
+TEST(SmbdCli, PortInUseExitsNonZeroAndSaysSo) {
+  SmbdProcess first;
+  const auto r = run_smbd({"--listen", first.address(), "--capacity", "64M"});
+  EXPECT_TRUE(r.status.exited && r.status.code != 0) << r.describe();
+  EXPECT_NE(r.err.find("--listen"), std::string::npos) << "should say how to pick another port:\n" << r.err;
+  EXPECT_TRUE(first.running()) << "the first daemon must be unaffected";
+}
+
+TEST(SmbdCli, CapacityBeyondTheMachineExitsNonZeroAndSaysSo) {
+  const auto r = run_smbd({"--listen", "127.0.0.1:0", "--capacity", "64T"});
+  EXPECT_TRUE(r.status.exited && r.status.code != 0) << r.describe();
+  EXPECT_NE(r.err.find("--capacity"), std::string::npos) << "should say to lower --capacity:\n" << r.err;
+}
+
+}  // namespace

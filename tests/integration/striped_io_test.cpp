@@ -1,0 +1,119 @@
+// Striped data path: writes and reads of odd sizes at odd offsets, crossing
+// stripe and server boundaries, must land exactly where a local model of the
+// buffer says, and be visible to other clients once they complete.
+#include "data.hpp"
+#include "fabric.hpp"
+
+#include <smb/client.hpp>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using namespace smb::test;
+
+class StripedIoTest : public FabricTest {
+ protected:
+  static constexpr std::uint64_t kUnit = 4096;
+  static smb::BufferOptions small_stripes() {
+    smb::BufferOptions o;
+    o.stripe_unit = kUnit;
+    return o;
+  }
+};
+
+TEST_P(StripedIoTest, OddSizesAndOffsetsMatchALocalModel) {
+  auto client = make_client();
+  const std::uint64_t size = 3 * kUnit * 5 + 1237;  // not a multiple of the stripe, nor of 8
+  auto buffer = client.create("model", size, small_stripes());
+  ByteVec model = pattern_bytes(0, size);
+  buffer.write(0, model);
+
+  struct Case {
+    std::uint64_t offset, length;
+  };
+  const std::vector<Case> cases = {
+      {0, 1},                           // first byte
+      {1, 7},                           // inside the first word
+      {kUnit - 1, 2},                   // across the first stripe boundary (server 0 -> 1)
+      {kUnit - 3, 3 * kUnit + 11},      // across every server and back to server 0
+      {3 * kUnit - 3, 6},               // from the last server's stripe to server 0's second
+      {2 * kUnit + 1, kUnit - 1},       // a whole stripe but for one byte
+      {12345, 33333},                   // long and unaligned
+      {size - 5000, 5000},              // the tail, including the short last stripe
+      {size - 1, 1},                    // the very last byte
+  };
+  std::uint8_t salt = 1;
+  for (const auto& c : cases) {
+    SCOPED_TRACE("offset " + std::to_string(c.offset) + ", length " + std::to_string(c.length));
+    const auto data = pattern_bytes(c.offset, c.length, salt++);
+    buffer.write(c.offset, data);
+    std::copy(data.begin(), data.end(), model.begin() + static_cast<std::ptrdiff_t>(c.offset));
+    ByteVec got(c.length);
+    buffer.read(c.offset, got);
+    ASSERT_TRUE(same_bytes(data, got, c.offset));
+  }
+  ByteVec whole(size);
+  buffer.read(0, whole);
+  EXPECT_TRUE(same_bytes(model, whole)) << "a write spilled outside its range";
+}
+
+TEST_P(StripedIoTest, WritesAreVisibleToOtherClientsOnceComplete) {
+  auto writer = make_client();
+  auto reader = make_client();
+  const std::uint64_t size = 7 * kUnit + 3;
+  auto w = writer.create("visible", size, small_stripes());
+  auto r = reader.open("visible");
+  for (std::uint8_t round = 1; round <= 3; ++round) {
+    const auto data = pattern_bytes(0, size, round);
+    w.write(0, data);
+    ByteVec got(size);
+    r.read(0, got);
+    ASSERT_TRUE(same_bytes(data, got)) << "round " << int{round};
+  }
+}
+
+TEST_P(StripedIoTest, ManyAsyncRequestsInFlight) {
+  auto client = make_client();
+  constexpr std::size_t kOps = 16;
+  constexpr std::uint64_t kPiece = 3000;  // crosses stripe boundaries at varying points
+  auto buffer = client.create("async", kOps * kPiece, small_stripes());
+  const auto data = pattern_bytes(0, kOps * kPiece, 0x3C);
+  std::vector<smb::Request> writes;
+  for (std::size_t i = 0; i < kOps; ++i)
+    writes.push_back(buffer.write_async(i * kPiece, std::span(data).subspan(i * kPiece, kPiece)));
+  for (auto& w : writes) w.wait();
+
+  ByteVec got(data.size());
+  std::vector<smb::Request> reads;
+  for (std::size_t i = 0; i < kOps; ++i)
+    reads.push_back(buffer.read_async(i * kPiece, std::span(got).subspan(i * kPiece, kPiece)));
+  // Poll with test() rather than wait(): both must drive progress.
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  for (auto& r : reads)
+    while (!r.test()) ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "test() never completed";
+  EXPECT_TRUE(same_bytes(data, got));
+}
+
+TEST_P(StripedIoTest, LargeTransferWithDefaultStripes) {
+  auto client = make_client();
+  const std::uint64_t size = (9u << 20) + 4321;  // 1 MiB stripes over every server, plus a tail
+  auto buffer = client.create("large", size);
+  const auto data = pattern_bytes(0, size);
+  buffer.write(0, data);
+  ByteVec got(size);
+  buffer.read(0, got);
+  EXPECT_TRUE(holds_pattern(got, 0));
+}
+
+TEST_P(StripedIoTest, ZeroLengthOpsCompleteAtOnce) {
+  auto client = make_client();
+  auto buffer = client.create("empty-ops", 4096, small_stripes());
+  EXPECT_NO_THROW(buffer.write(0, std::span<const std::byte>{}));
+  EXPECT_NO_THROW(buffer.write(4096, std::span<const std::byte>{}));
+  EXPECT_NO_THROW(buffer.read(4096, std::span<std::byte>{}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabrics, StripedIoTest, testing::ValuesIn(all_fabrics()), fabric_name);
+
+}  // namespace

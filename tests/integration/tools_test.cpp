@@ -1,0 +1,93 @@
+// The tools as a user runs them: smb-bench writes a verifiable buffer in one
+// process and another smb-bench process verifies it; smbctl status --json
+// reports what each server holds.
+#include "fabric.hpp"
+
+#include <smb/client.hpp>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace {
+
+using namespace smb::test;
+using json = nlohmann::json;
+
+class ToolsTest : public FabricTest {
+ protected:
+  static json parse_json(const ToolResult& r) {
+    const auto doc = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(doc.is_discarded()) << "not JSON:\n" << r.describe();
+    return doc.is_discarded() ? json::object() : doc;
+  }
+};
+
+TEST_P(ToolsTest, BenchWriteKeepThenReadVerifyInAnotherProcess) {
+  const std::vector<std::string> shape = {"--size", "3M", "--block", "256K"};
+  auto args = shape;
+  args.insert(args.end(), {"--name", "bench-t", "--op", "write", "--verify", "--keep", "--json"});
+  const auto w = run_bench(args);
+  ASSERT_TRUE(w.status.success()) << w.describe();
+  const auto wdoc = parse_json(w);
+  EXPECT_EQ(wdoc.value("op", ""), "write");
+  EXPECT_EQ(wdoc.value("verified", false), true) << w.out;
+  for (const char* key : {"bytes", "seconds", "bandwidth_bytes_per_s", "p50_us", "p99_us"})
+    EXPECT_TRUE(wdoc.contains(key)) << "--json lacks '" << key << "': " << w.out;
+
+  args = shape;
+  args.insert(args.end(), {"--name", "bench-t", "--op", "read", "--verify", "--json"});
+  const auto r = run_bench(args);
+  ASSERT_TRUE(r.status.success()) << r.describe();
+  const auto rdoc = parse_json(r);
+  EXPECT_EQ(rdoc.value("verified", false), true) << r.out;
+  EXPECT_EQ(rdoc.value("created", true), false) << "the reader must open the writer's buffer";
+}
+
+TEST_P(ToolsTest, BenchReadVerifyFailsOnWrongData) {
+  auto client = make_client();
+  auto buffer = client.create("not-the-pattern", 1 << 20);
+  buffer.write(0, std::vector<std::byte>(1 << 20, std::byte{0x5A}));
+  const auto r = run_bench({"--name", "not-the-pattern", "--op", "read", "--size", "1M", "--block", "64K", "--verify"});
+  EXPECT_EQ(r.status.code, 1) << "verification must fail with exit 1\n" << r.describe();
+  EXPECT_NE(r.err.find("verification"), std::string::npos) << r.err;
+}
+
+TEST_P(ToolsTest, SmbctlStatusJsonShowsPerServerUsedBytes) {
+  auto client = make_client();
+  auto buffer = client.create("t", 3ull << 20);  // 1 MiB stripes: an equal share on each of 1 or 3 servers
+  const std::uint64_t share = (3ull << 20) / static_cast<std::uint64_t>(server_count());
+  const auto r = run_smbctl({"--json", "status"});
+  ASSERT_TRUE(r.status.success()) << r.describe();
+  const auto doc = parse_json(r);
+  ASSERT_TRUE(doc.contains("servers") && doc["servers"].is_array()) << r.out;
+  ASSERT_EQ(doc["servers"].size(), static_cast<std::size_t>(server_count())) << r.out;
+  const auto ours = addresses();
+  std::uint64_t total = 0;
+  for (const auto& s : doc["servers"]) {
+    const auto address = s.value("address", "");
+    EXPECT_NE(std::find(ours.begin(), ours.end(), address), ours.end()) << address;
+    EXPECT_EQ(s.value("capacity", 0ull), 64ull << 20) << address;
+    EXPECT_EQ(s.value("used", 0ull), share) << address << " should hold a 1/" << server_count() << " share";
+    bool listed = false;
+    for (const auto& b : s.value("buffers", json::array()))
+      listed |= b.value("name", "") == "t" && b.value("bytes", 0ull) == share;
+    EXPECT_TRUE(listed) << address << " does not list buffer 't' with its share: " << s.dump();
+    total += s.value("used", 0ull);
+  }
+  EXPECT_EQ(doc["total"].value("used", 0ull), total);
+}
+
+TEST_P(ToolsTest, ToolsReportAnUnreachableServer) {
+  const auto s = run_tool(smbctl_path(), {"--servers", "127.0.0.1:1", "status"});
+  EXPECT_EQ(s.status.code, 1) << s.describe();
+  EXPECT_NE(s.err.find("127.0.0.1:1"), std::string::npos) << "the message should name the server\n" << s.err;
+  const auto b = run_tool(smb_bench_path(), {"--servers", "127.0.0.1:1", "--op", "write", "--size", "1M", "--block", "64K"});
+  EXPECT_EQ(b.status.code, 1) << b.describe();
+  EXPECT_NE(b.err.find("127.0.0.1:1"), std::string::npos) << b.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabrics, ToolsTest, testing::ValuesIn(all_fabrics()), fabric_name);
+
+}  // namespace

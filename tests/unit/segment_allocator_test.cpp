@@ -1,0 +1,189 @@
+// SegmentAllocator: the daemon's pool must hand out aligned, non-overlapping
+// ranges, say "no" cleanly when full, and get memory back (coalesced) on free.
+#include "segment_allocator.hpp"
+
+#include <smb/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <map>
+#include <random>
+
+namespace {
+
+using smb::server::SegmentAllocator;
+constexpr std::uint64_t kPage = 4096;
+
+// Allocates and returns the offset, failing the test when there is no space.
+std::uint64_t must_allocate(SegmentAllocator& a, std::uint64_t length, std::uint64_t* reserved = nullptr) {
+  std::uint64_t r = 0;
+  auto offset = a.allocate(length, r);
+  EXPECT_TRUE(offset.has_value()) << "no space for " << length << " bytes";
+  if (reserved) *reserved = r;
+  return offset.value_or(0);
+}
+
+TEST(SegmentAllocator, CapacityIsRoundedDownToTheAlignment) {
+  SegmentAllocator a(10000, kPage);
+  EXPECT_EQ(a.capacity(), 2 * kPage);
+  EXPECT_EQ(a.largest_free(), 2 * kPage);
+  EXPECT_EQ(a.used(), 0u);
+  EXPECT_EQ(a.free_ranges(), 1u);
+}
+
+TEST(SegmentAllocator, RejectsAlignmentThatIsNotAPowerOfTwo) {
+  for (std::uint64_t bad : {std::uint64_t{3}, std::uint64_t{4095}, std::uint64_t{6144}}) {
+    try {
+      SegmentAllocator a(1 << 20, bad);
+      ADD_FAILURE() << "alignment " << bad << " was accepted";
+    } catch (const smb::Error& e) {
+      EXPECT_EQ(e.code(), smb::Errc::invalid_argument) << bad;
+    }
+  }
+}
+
+// Separate from the case above: a zero alignment must be rejected before it
+// is used as a divisor (a crash here would take the other cases with it).
+TEST(SegmentAllocator, RejectsZeroAlignment) {
+  try {
+    SegmentAllocator a(1 << 20, 0);
+    ADD_FAILURE() << "alignment 0 was accepted";
+  } catch (const smb::Error& e) {
+    EXPECT_EQ(e.code(), smb::Errc::invalid_argument);
+  }
+}
+
+TEST(SegmentAllocator, RoundsLengthsUpAndAlignsOffsets) {
+  SegmentAllocator a(64 * kPage, kPage);
+  std::uint64_t reserved = 0;
+  EXPECT_EQ(must_allocate(a, 1, &reserved), 0u);
+  EXPECT_EQ(reserved, kPage);
+  const auto second = must_allocate(a, kPage + 1, &reserved);
+  EXPECT_EQ(second % kPage, 0u);
+  EXPECT_EQ(reserved, 2 * kPage);
+  EXPECT_EQ(a.used(), 3 * kPage);
+}
+
+TEST(SegmentAllocator, HonoursLargeAlignments) {
+  constexpr std::uint64_t kHuge = 2 << 20;
+  SegmentAllocator a(16 * kHuge, kHuge);
+  for (int i = 0; i < 5; ++i) {
+    std::uint64_t reserved = 0;
+    EXPECT_EQ(must_allocate(a, 12345, &reserved) % kHuge, 0u);
+    EXPECT_EQ(reserved, kHuge);
+  }
+}
+
+TEST(SegmentAllocator, ZeroAndOversizedRequestsGetNothing) {
+  SegmentAllocator a(4 * kPage, kPage);
+  std::uint64_t reserved = 77;
+  EXPECT_FALSE(a.allocate(0, reserved));
+  EXPECT_FALSE(a.allocate(4 * kPage + 1, reserved));
+  // Must not overflow while rounding up.
+  EXPECT_FALSE(a.allocate(std::numeric_limits<std::uint64_t>::max(), reserved));
+  EXPECT_FALSE(a.allocate(std::numeric_limits<std::uint64_t>::max() - kPage, reserved));
+  EXPECT_EQ(a.used(), 0u);
+}
+
+TEST(SegmentAllocator, FullPoolSaysNoSpaceUntilSomethingIsFreed) {
+  SegmentAllocator a(4 * kPage, kPage);
+  std::uint64_t reserved = 0;
+  const auto all = must_allocate(a, 4 * kPage, &reserved);
+  EXPECT_EQ(a.used(), a.capacity());
+  EXPECT_EQ(a.largest_free(), 0u);
+  std::uint64_t r2 = 0;
+  EXPECT_FALSE(a.allocate(1, r2));
+  a.release(all, reserved);
+  EXPECT_EQ(a.used(), 0u);
+  EXPECT_EQ(must_allocate(a, 4 * kPage), 0u);
+}
+
+TEST(SegmentAllocator, FreeCoalescesWithBothNeighbours) {
+  SegmentAllocator a(4 * kPage, kPage);
+  const auto first = must_allocate(a, kPage);
+  const auto middle = must_allocate(a, kPage);
+  const auto last = must_allocate(a, kPage);
+  EXPECT_EQ(a.free_ranges(), 1u);  // the fourth page
+  a.release(first, kPage);
+  a.release(last, kPage);  // merges with the free tail
+  EXPECT_EQ(a.free_ranges(), 2u);
+  a.release(middle, kPage);  // merges with both sides at once
+  EXPECT_EQ(a.free_ranges(), 1u);
+  EXPECT_EQ(a.largest_free(), a.capacity());
+  EXPECT_EQ(a.used(), 0u);
+}
+
+TEST(SegmentAllocator, FragmentedFreeSpaceIsNotHandedOutAsOneRange) {
+  SegmentAllocator a(8 * kPage, kPage);
+  std::vector<std::uint64_t> pages;
+  for (int i = 0; i < 8; ++i) pages.push_back(must_allocate(a, kPage));
+  for (std::size_t i = 0; i < pages.size(); i += 2) a.release(pages[i], kPage);
+  EXPECT_EQ(a.used(), 4 * kPage);
+  EXPECT_EQ(a.free_ranges(), 4u);
+  EXPECT_EQ(a.largest_free(), kPage);
+  std::uint64_t reserved = 0;
+  EXPECT_FALSE(a.allocate(2 * kPage, reserved)) << "4 free pages, but no two adjacent";
+  for (std::size_t i = 1; i < pages.size(); i += 2) a.release(pages[i], kPage);
+  EXPECT_EQ(a.free_ranges(), 1u);
+  EXPECT_EQ(must_allocate(a, 8 * kPage), 0u) << "freed memory came back as one range";
+}
+
+TEST(SegmentAllocator, BestFitKeepsLargeHolesForLargeRequests) {
+  SegmentAllocator a(16 * kPage, kPage);
+  const auto big_hole = must_allocate(a, 3 * kPage);
+  must_allocate(a, kPage);  // separator
+  const auto small_hole = must_allocate(a, kPage);
+  must_allocate(a, 11 * kPage);  // the rest
+  a.release(big_hole, 3 * kPage);
+  a.release(small_hole, kPage);
+  EXPECT_EQ(must_allocate(a, kPage), small_hole);
+  EXPECT_EQ(a.largest_free(), 3 * kPage);
+  EXPECT_EQ(must_allocate(a, 3 * kPage), big_hole);
+}
+
+// Random alloc/free against a model: no overlap, alignment, exact accounting,
+// and everything back as one range at the end.
+TEST(SegmentAllocator, RandomWorkloadNeverOverlapsAndReturnsEverything) {
+  constexpr std::uint64_t kCapacity = 256 * kPage;
+  SegmentAllocator a(kCapacity, kPage);
+  std::map<std::uint64_t, std::uint64_t> live;  // offset -> reserved
+  std::mt19937_64 rng(12345);
+  std::uint64_t used = 0;
+  for (int step = 0; step < 5000; ++step) {
+    if (live.empty() || rng() % 3 != 0) {
+      const std::uint64_t length = 1 + rng() % (12 * kPage);
+      std::uint64_t reserved = 0;
+      auto offset = a.allocate(length, reserved);
+      if (!offset) {
+        EXPECT_LT(a.largest_free(), length) << "refused although a range was free";
+        continue;
+      }
+      ASSERT_EQ(*offset % kPage, 0u);
+      ASSERT_GE(reserved, length);
+      ASSERT_LE(*offset + reserved, kCapacity);
+      auto next = live.lower_bound(*offset);
+      if (next != live.end()) {
+        ASSERT_LE(*offset + reserved, next->first) << "overlaps the next range";
+      }
+      if (next != live.begin()) {
+        ASSERT_LE(std::prev(next)->first + std::prev(next)->second, *offset) << "overlaps the previous range";
+      }
+      live[*offset] = reserved;
+      used += reserved;
+    } else {
+      auto victim = live.begin();
+      std::advance(victim, static_cast<long>(rng() % live.size()));
+      a.release(victim->first, victim->second);
+      used -= victim->second;
+      live.erase(victim);
+    }
+    ASSERT_EQ(a.used(), used);
+  }
+  for (const auto& [offset, reserved] : live) a.release(offset, reserved);
+  EXPECT_EQ(a.used(), 0u);
+  EXPECT_EQ(a.free_ranges(), 1u);
+  EXPECT_EQ(a.largest_free(), kCapacity);
+}
+
+}  // namespace
