@@ -30,6 +30,10 @@ void Buffer::apply_from(VectorOp op, DType type, std::uint64_t offset, std::uint
                         const Buffer& source, std::uint64_t source_offset) {
   require(core_).apply(op, type, offset, count, alpha, {}, &require(source.core_), source_offset);
 }
+std::uint64_t Buffer::version() { return require(core_).version(); }
+std::uint64_t Buffer::wait_version(std::uint64_t version, std::chrono::milliseconds timeout) {
+  return require(core_).wait_version(version, timeout);
+}
 std::uint64_t Buffer::fetch_add(std::uint64_t offset, std::uint64_t value) {
   return require(core_).atomic(false, offset, value, 0);
 }
@@ -71,6 +75,10 @@ Buffer Client::open_or_create(std::string_view name, std::uint64_t size, const B
 
 void Client::destroy(std::string_view name) { core_->destroy(name); }
 std::vector<ServerStatus> Client::status() { return core_->status(); }
+Lock Client::lock(std::string_view name, const LockOptions& options) { return core_->lock(name, options); }
+void Client::barrier(std::string_view name, std::uint32_t parties, std::chrono::milliseconds timeout) {
+  core_->barrier(name, parties, timeout);
+}
 std::vector<Layout> Client::list() { return core_->list(); }
 Layout Client::info(std::string_view name) { return core_->info(name); }
 const std::vector<std::string>& Client::servers() const { return core_->servers(); }

@@ -37,6 +37,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::shared_ptr<BufferCore> create(std::string_view name, std::uint64_t size, const BufferOptions& options);
   std::shared_ptr<BufferCore> open(std::string_view name);
   void destroy(std::string_view name);
+  Lock lock(std::string_view name, const LockOptions& options);
+  void unlock(const std::string& name, std::uint64_t token);
+  void barrier(std::string_view name, std::uint32_t parties, std::chrono::milliseconds timeout);
   std::vector<ServerStatus> status();
   std::vector<Layout> list();
   Layout info(std::string_view name);
@@ -75,6 +78,8 @@ class BufferCore {
   void apply(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
              std::span<const std::byte> data, const BufferCore* source, std::uint64_t source_offset);
   void close();
+  std::uint64_t version();
+  std::uint64_t wait_version(std::uint64_t version, std::chrono::milliseconds timeout);
 
  private:
   std::string describe(const char* op, std::uint64_t offset, std::uint64_t length) const;
@@ -88,6 +93,12 @@ class BufferCore {
   std::vector<std::unique_ptr<transport::RemoteSegment>> segments_;  // per layout server; null: no share
   std::vector<client::ServerLink*> links_;  // per layout server
   std::once_flag closed_;
+};
+
+struct Lock::State {
+  std::shared_ptr<ClientCore> client;
+  std::string name;
+  std::uint64_t token = 0;
 };
 
 struct Request::State {

@@ -12,11 +12,11 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 template <class Start>
-void ControlConnection::run_bounded(const std::string& what, Start start) {
+void ControlConnection::run_bounded(const std::string& what, std::chrono::milliseconds limit, Start start) {
   boost::system::error_code result = asio::error::would_block;
   io_.restart();
   start([&result](const boost::system::error_code& ec, auto&&...) { result = ec; });
-  io_.run_for(timeout_);
+  io_.run_for(limit);
   if (result == asio::error::would_block) {
     broken_ = true;
     boost::system::error_code ignored;
@@ -24,7 +24,7 @@ void ControlConnection::run_bounded(const std::string& what, Start start) {
     io_.restart();
     io_.run();  // let the cancelled handler run before `result` goes out of scope
     throw Error(Errc::timeout, "server " + peer_ + ": " + what + ": no answer within " +
-                                   std::to_string(timeout_.count()) + " ms");
+                                   std::to_string(limit.count()) + " ms");
   }
   if (result) {
     broken_ = true;
@@ -42,21 +42,26 @@ ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds
   boost::system::error_code ec;
   auto endpoints = resolver.resolve(hp.host, std::to_string(hp.port), ec);
   if (ec) throw Error(Errc::unreachable, "server " + peer_ + ": cannot resolve host: " + ec.message());
-  run_bounded("connect", [&](auto handler) { asio::async_connect(socket_, endpoints, handler); });
+  run_bounded("connect", timeout_, [&](auto handler) { asio::async_connect(socket_, endpoints, handler); });
   socket_.set_option(tcp::no_delay(true));
 }
 
 protocol::Body ControlConnection::call(protocol::MessageType type, const protocol::Body& request) {
+  return call(type, request, std::chrono::milliseconds(0));
+}
+
+protocol::Body ControlConnection::call(protocol::MessageType type, const protocol::Body& request,
+                                       std::chrono::milliseconds wait) {
   std::lock_guard lock(mutex_);
   const auto raw_type = static_cast<std::uint16_t>(type);
   const std::string what = protocol::message_name(raw_type);
   if (broken_) throw Error(Errc::server_gone, "server " + peer_ + ": " + what + ": connection lost earlier");
   const std::uint32_t id = next_request_++;
   const auto frame = protocol::encode_frame(raw_type, id, request);
-  run_bounded(what, [&](auto handler) { asio::async_write(socket_, asio::buffer(frame), handler); });
+  run_bounded(what, timeout_, [&](auto handler) { asio::async_write(socket_, asio::buffer(frame), handler); });
 
   std::array<std::uint8_t, protocol::kHeaderSize> head{};
-  run_bounded(what, [&](auto handler) { asio::async_read(socket_, asio::buffer(head), handler); });
+  run_bounded(what, timeout_ + wait, [&](auto handler) { asio::async_read(socket_, asio::buffer(head), handler); });
   protocol::Header header;
   try {
     header = protocol::decode_header(head);
@@ -65,7 +70,7 @@ protocol::Body ControlConnection::call(protocol::MessageType type, const protoco
     throw Error(Errc::protocol, "server " + peer_ + ": " + what + ": " + e.what());
   }
   std::vector<std::uint8_t> body(header.body_length);
-  run_bounded(what, [&](auto handler) { asio::async_read(socket_, asio::buffer(body), handler); });
+  run_bounded(what, timeout_, [&](auto handler) { asio::async_read(socket_, asio::buffer(body), handler); });
   if (header.type != (raw_type | protocol::kReplyBit) || header.request_id != id) {
     broken_ = true;
     throw Error(Errc::protocol, "server " + peer_ + ": " + what + ": reply does not match the request");

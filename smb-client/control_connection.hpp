@@ -18,6 +18,9 @@ class ControlConnection {
   // Sends one request and returns the reply body; throws smb::Error naming
   // the server and the message (unreachable, gone, timeout, or the server's error).
   protocol::Body call(protocol::MessageType type, const protocol::Body& request);
+  // The same for a request the server answers only later (a lock, a barrier):
+  // the reply may take `wait` longer than the usual timeout.
+  protocol::Body call(protocol::MessageType type, const protocol::Body& request, std::chrono::milliseconds wait);
   const std::string& peer() const { return peer_; }
   // True once the server has closed the connection (or it broke). Never
   // blocks: skips the check while a call is in progress, and checks at most
@@ -26,7 +29,7 @@ class ControlConnection {
 
  private:
   template <class Start>
-  void run_bounded(const std::string& what, Start start);
+  void run_bounded(const std::string& what, std::chrono::milliseconds limit, Start start);
 
   std::string peer_;
   std::chrono::milliseconds timeout_;

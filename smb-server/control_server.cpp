@@ -43,15 +43,42 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   void read_body() {
     asio::async_read(socket_, asio::buffer(body_), [self = shared_from_this()](auto ec, std::size_t) {
       if (ec) return self->end(ec.message());
-      if (self->request_.type == static_cast<std::uint16_t>(protocol::MessageType::vector_op)) {
+      const auto type = self->request_.type;
+      if (type == static_cast<std::uint16_t>(protocol::MessageType::vector_op)) {
         // One request at a time per session, so the session waits for this reply.
         return asio::post(self->server_.workers_, [self] {
           auto reply = self->handle();
-          asio::post(self->socket_.get_executor(), [self, reply = std::move(reply)] { self->send(reply); });
+          asio::post(self->socket_.get_executor(), [self, reply = std::move(reply)] {
+            if (self->ended_) return;
+            if (reply.value("ok", false)) self->server_.coordination_.version_advanced(self->request_name());
+            self->send(reply);
+          });
+        });
+      }
+      if (Coordination::handles(type)) {
+        protocol::Body body;
+        try {
+          body = protocol::decode_body(self->body_);
+        } catch (const Error& e) {
+          return self->send(protocol::error_reply(e.code(), e.what()));
+        }
+        return self->server_.coordination_.handle(self->id_, type, body, [self](protocol::Body reply) {
+          asio::post(self->socket_.get_executor(), [self, reply = std::move(reply)] {
+            if (!self->ended_) self->send(reply);
+          });
         });
       }
       self->send(self->handle());
     });
+  }
+
+  // The "name" field of the request in body_ (validated by the handler already).
+  std::string request_name() const {
+    try {
+      return protocol::decode_body(body_).value("name", std::string());
+    } catch (const std::exception&) {
+      return {};
+    }
   }
 
   protocol::Body handle() {
@@ -75,6 +102,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     ended_ = true;
     spdlog::info("client {} (session {}) left: {}", peer_, id_, why);
     server_.registry_.session_closed(id_);
+    server_.coordination_.session_closed(id_);
     server_.clients_ -= 1;
     close();
     server_.sessions_.erase(shared_from_this());
@@ -97,6 +125,7 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
       acceptor_(io),
       registry_(registry),
       handler_(registry, identity, clients_),
+      coordination_(io, registry),
       workers_(std::max(1u, std::thread::hardware_concurrency())) {
   acceptor_.open(listen.protocol());
   acceptor_.set_option(tcp::acceptor::reuse_address(true));

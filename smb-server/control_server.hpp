@@ -1,6 +1,7 @@
 #pragma once
 // The control plane: a Boost.Asio TCP server, one Session per client
 // connection, one request at a time per session.
+#include "coordination.hpp"
 #include "request_handler.hpp"
 
 #include <boost/asio.hpp>
@@ -27,6 +28,7 @@ class ControlServer {
   Registry& registry_;
   std::atomic<std::uint32_t> clients_{0};
   RequestHandler handler_;
+  Coordination coordination_;  // deferred replies: version waits, locks, barriers
   // Vector ops run here, off the io thread, so that one large op does not
   // stall every other client's control requests.
   boost::asio::thread_pool workers_;

@@ -107,6 +107,11 @@ Body RequestHandler::dispatch(SessionId session, MessageType type, const Body& r
       return protocol::ok_reply({{"version", registry_.apply(vector_request(req))}});
     case MessageType::get_version:
       return protocol::ok_reply({{"version", registry_.version(protocol::get_string(req, "name", what))}});
+    case MessageType::wait_version:
+    case MessageType::lock:
+    case MessageType::unlock:
+    case MessageType::barrier:
+      throw Error(Errc::internal, std::string(what) + " is handled by the coordination service");
     case MessageType::list_layouts: {
       Body layouts = Body::array();
       for (const auto& l : registry_.list_layouts()) layouts.push_back(protocol::layout_to_body(l));

@@ -132,11 +132,47 @@ class Buffer {
   void apply_from(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
                   const Buffer& source, std::uint64_t source_offset);
 
+  // Every applied vector op advances the version of each server's part it
+  // touched; a buffer's version is the least over its servers, so an op over
+  // the whole buffer advances it by one.
+  std::uint64_t version();
+  // Returns once version() >= `version` (the servers notify; no polling), or
+  // throws Errc::timeout. Returns the version reached.
+  std::uint64_t wait_version(std::uint64_t version, std::chrono::milliseconds timeout);
+
   // Releases this handle on every server (also done by the destructor).
   void close();
 
  private:
   std::shared_ptr<BufferCore> core_;
+};
+
+// A held lock (Client::lock). Move-only; unlock() or the destructor
+// releases it. If the holder dies, the lock is released as its connection
+// closes; if it hangs, when its lease runs out.
+class Lock {
+ public:
+  struct State;
+  Lock() = default;
+  explicit Lock(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  ~Lock();
+  Lock(Lock&&) noexcept = default;
+  Lock& operator=(Lock&&) noexcept;
+  // Throws Errc::not_found if the lease had already expired (someone else
+  // may have held the lock since: what was done under it was not exclusive).
+  void unlock();
+  bool held() const noexcept { return static_cast<bool>(state_); }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+struct LockOptions {
+  // The range locked; locks on one name conflict where their ranges overlap.
+  std::uint64_t offset = 0;
+  std::uint64_t length = UINT64_MAX;
+  std::chrono::milliseconds lease{std::chrono::seconds(30)};    // lost after this unless unlocked
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // longest wait for the grant
 };
 
 class Client {
@@ -151,6 +187,16 @@ class Client {
   // Opens the buffer, or creates it when nobody has yet (race-free).
   Buffer open_or_create(std::string_view name, std::uint64_t size, const BufferOptions& options = {});
   void destroy(std::string_view name);
+
+  // A lock named `name` (a buffer's name, or any name), granted in FIFO
+  // order by the name's home server. Throws Errc::timeout if not granted in time.
+  Lock lock(std::string_view name, const LockOptions& options = {});
+  // Returns once `parties` processes (on any hosts) have called barrier()
+  // with this name. A participant that disconnects while others wait turns
+  // the barrier into an Errc::server_gone error for them; throws
+  // Errc::timeout when not all arrive in time.
+  void barrier(std::string_view name, std::uint32_t parties,
+               std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
   std::vector<ServerStatus> status();
   std::vector<Layout> list();

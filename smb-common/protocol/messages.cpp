@@ -36,6 +36,10 @@ const char* message_name(std::uint16_t type) {
     case MessageType::abandon_name: return "abandon_name";
     case MessageType::vector_op: return "vector_op";
     case MessageType::get_version: return "get_version";
+    case MessageType::wait_version: return "wait_version";
+    case MessageType::lock: return "lock";
+    case MessageType::unlock: return "unlock";
+    case MessageType::barrier: return "barrier";
   }
   return "unknown";
 }

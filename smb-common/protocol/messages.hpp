@@ -44,6 +44,10 @@ enum class MessageType : std::uint16_t {
   abandon_name = 11,   // home server: {name} -> {} (undo a reservation)
   vector_op = 12,      // {name, op, dtype, offset, count, alpha, data(bin) | source+source_offset} -> {version}
   get_version = 13,    // {name} -> {version}
+  wait_version = 14,   // {name, version, timeout_ms} -> {version}, once reached (deferred)
+  lock = 15,           // home of the lock name: {name, offset, length, lease_ms, timeout_ms} -> {token} (deferred)
+  unlock = 16,         // home: {name, token} -> {}
+  barrier = 17,        // home: {name, parties, timeout_ms} -> {} once all arrived (deferred)
 };
 
 const char* message_name(std::uint16_t type);

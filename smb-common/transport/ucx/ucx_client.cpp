@@ -54,13 +54,6 @@ ucp_request_param_t callback_param(OpContext* ctx) {
   return p;
 }
 
-// Send-side state of an "am" op: the header must outlive the send.
-struct AmSendContext {
-  std::array<std::byte, std::max(sizeof(AmRequestHeader), sizeof(AmAtomicHeader))> header{};
-  std::uint64_t token = 0;
-  UcxClientTransport* transport = nullptr;
-};
-
 }  // namespace
 
 // ---------------------------------------------------------------- transport
@@ -364,34 +357,37 @@ void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, 
 void UcxChannel::send_request(unsigned id, const void* header, std::size_t header_length, const void* payload,
                               std::size_t payload_length, std::uint64_t token,
                               const CompletionPtr& completion, const char* op) {
-  auto ctx = std::make_unique<AmSendContext>();
+  auto owned = std::make_unique<UcxClientTransport::SendContext>();
+  auto* ctx = owned.get();
   std::memcpy(ctx->header.data(), header, header_length);
   ctx->token = token;
   ctx->transport = &transport_;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;
-  p.user_data = ctx.get();
+  p.user_data = ctx;
   p.cb.send = [](void* /*request*/, ucs_status_t status, void* user_data) {
-    std::unique_ptr<AmSendContext> c(static_cast<AmSendContext*>(user_data));
+    auto* c = static_cast<UcxClientTransport::SendContext*>(user_data);
+    auto& transport = *c->transport;
+    const std::uint64_t sent = c->token;
+    transport.sends_.erase(sent);  // frees c
     if (status == UCS_OK) return;
-    auto& pending = c->transport->pending_;
-    if (auto it = pending.find(c->token); it != pending.end()) {
+    if (auto it = transport.pending_.find(sent); it != transport.pending_.end()) {
       it->second.completion->finish(Errc::transport,
                                     std::string("sending request: UCX error: ") + ucs_status_string(status));
-      pending.erase(it);
+      transport.pending_.erase(it);
     }
   };
   ucs_status_ptr_t request = ucp_am_send_nbx(ep_, id, ctx->header.data(), header_length, payload, payload_length, &p);
-  if (request == nullptr) return;  // sent; ctx freed here, the reply completes the op
+  if (request == nullptr) return;  // sent at once; `owned` frees the context, the reply completes the op
   if (UCS_PTR_IS_ERR(request)) {
     transport_.pending_.erase(token);
     completion->finish(Errc::transport, "server " + peer_ + ": " + op + ": UCX error: " +
                                             ucs_status_string(UCS_PTR_STATUS(request)));
     return;
   }
+  transport_.sends_.emplace(token, std::move(owned));
   ucp_request_free(request);
-  (void)ctx.release();
 }
 
 void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,

@@ -6,6 +6,8 @@
 #include "transport/ucx/am_wire.hpp"
 #include "transport/ucx/ucx_handles.hpp"
 
+#include <algorithm>
+#include <array>
 #include <mutex>
 #include <unordered_map>
 
@@ -41,12 +43,24 @@ class UcxClientTransport final : public ClientTransport {
                                std::size_t length, const ucp_am_recv_param_t* param);
   void fail_pending(UcxChannel* channel, Errc code, const std::string& message);
 
+  // Send-side state of an "am" request: UCX reads the header until the send
+  // completes. Owned here (not by the callback) so that sends still in flight
+  // when the transport goes are freed too.
+  struct SendContext {
+    std::array<std::byte, std::max(sizeof(AmRequestHeader), sizeof(AmAtomicHeader))> header{};
+    std::uint64_t token = 0;
+    UcxClientTransport* transport = nullptr;
+  };
+
+  // Declared before the worker, so that callbacks UCX runs while the worker
+  // is destroyed still find them.
+  std::mutex mutex_;  // guards the worker and everything below
+  std::unordered_map<std::uint64_t, PendingAm> pending_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<SendContext>> sends_;  // by token
+  std::uint64_t next_token_ = 1;
   ContextPtr context_;
   WorkerPtr worker_;
   Bytes address_;
-  std::mutex mutex_;  // guards the worker and everything below
-  std::unordered_map<std::uint64_t, PendingAm> pending_;
-  std::uint64_t next_token_ = 1;
 };
 
 class UcxRemoteSegment final : public RemoteSegment {
