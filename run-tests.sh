@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole test suite:
+#
+#   1. deploy/install-deps.sh (skips apt when everything is installed),
+#   2. the 'ci' preset: release build, warnings as errors; ctest --preset ci,
+#   3. the 'asan' preset: ASan + UBSan debug build; ctest --preset asan.
+#
+# Build failures stop at once; failing tests are reported, the next stage
+# still runs, and the exit status is non-zero if anything failed.
+#
+# Usage: ./run-tests.sh [--quick] [--skip-deps] [--help] [-- CTEST-ARGS...]
+#   --quick      skip the ASan/UBSan stage (for quick local runs; CI runs both)
+#   --skip-deps  do not run deploy/install-deps.sh
+#   -- ARGS      extra arguments for every ctest run, e.g. -- -L unit
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+FAILED_STAGES=()
+CTEST_ARGS=()
+
+section() { printf '\n\033[1m==== %s ====\033[0m\n' "$*"; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
+
+install_deps() {
+  section "Dependencies (deploy/install-deps.sh)"
+  "$ROOT/deploy/install-deps.sh"
+}
+
+# Configures and builds one preset; a failure ends the run.
+build_preset() {
+  local preset=$1
+  section "Build: preset '$preset'"
+  (cd "$ROOT" && cmake --preset "$preset") || { echo "run-tests: configuring '$preset' failed" >&2; exit 1; }
+  (cd "$ROOT" && cmake --build --preset "$preset") || { echo "run-tests: building '$preset' failed" >&2; exit 1; }
+}
+
+# Runs one preset's tests; a failure is recorded, not fatal.
+test_preset() {
+  local preset=$1
+  section "Tests: ctest --preset $preset ${CTEST_ARGS[*]}"
+  if (cd "$ROOT" && ctest --preset "$preset" "${CTEST_ARGS[@]}"); then
+    echo "run-tests: '$preset' tests passed"
+  else
+    echo "run-tests: '$preset' tests FAILED" >&2
+    FAILED_STAGES+=("$preset")
+  fi
+}
+
+summary() {
+  section "Summary"
+  if ((${#FAILED_STAGES[@]} == 0)); then
+    echo "all test stages passed: $*"
+    return 0
+  fi
+  echo "FAILED stages: ${FAILED_STAGES[*]}" >&2
+  return 1
+}
+
+main() {
+  local quick=0 skip_deps=0
+  while (($# > 0)); do
+    case "$1" in
+      --quick) quick=1 ;;
+      --skip-deps) skip_deps=1 ;;
+      -h | --help) usage; return 0 ;;
+      --) shift; CTEST_ARGS=("$@"); break ;;
+      *) echo "run-tests: unknown option $1 (try --help)" >&2; return 2 ;;
+    esac
+    shift
+  done
+
+  ((skip_deps)) || install_deps
+
+  local -a stages=(ci)
+  ((quick)) || stages+=(asan)
+  local preset
+  for preset in "${stages[@]}"; do
+    build_preset "$preset"
+    test_preset "$preset"
+  done
+  summary "${stages[@]}"
+}
+
+main "$@"
