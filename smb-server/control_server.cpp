@@ -2,7 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <thread>
 
 namespace smb::server {
@@ -62,11 +65,13 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
         } catch (const Error& e) {
           return self->send(protocol::error_reply(e.code(), e.what()));
         }
-        return self->server_.coordination_.handle(self->id_, type, body, [self](protocol::Body reply) {
+        self->deferred_ = true;
+        self->server_.coordination_.handle(self->id_, type, body, [self](protocol::Body reply) {
           asio::post(self->socket_.get_executor(), [self, reply = std::move(reply)] {
             if (!self->ended_) self->send(reply);
           });
         });
+        return self->watch_while_deferred();
       }
       self->send(self->handle());
     });
@@ -89,7 +94,22 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     }
   }
 
+  // No read is outstanding while a reply is deferred, so a client that dies
+  // then would go unnoticed (and keep its barrier waiting). Watch the socket:
+  // readable with nothing to read means the client has gone.
+  void watch_while_deferred() {
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->ended_ || !self->deferred_) return;
+      char byte = 0;
+      const auto n = ::recv(self->socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        self->end("disconnected while waiting for a deferred reply");
+      // Bytes available: the client sent its next request early; read_header takes it after the reply.
+    });
+  }
+
   void send(const protocol::Body& reply) {
+    deferred_ = false;
     out_ = protocol::encode_frame(request_.type | protocol::kReplyBit, request_.request_id, reply);
     asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](auto ec, std::size_t) {
       if (ec) return self->end(ec.message());
@@ -113,6 +133,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   SessionId id_;
   std::string peer_;
   bool ended_ = false;
+  bool deferred_ = false;  // a coordination reply is still to come
   std::array<std::uint8_t, protocol::kHeaderSize> header_{};
   protocol::Header request_;
   std::vector<std::uint8_t> body_;

@@ -41,13 +41,13 @@ bool Coordination::handles(std::uint16_t type) {
   }
 }
 
-void Coordination::handle(SessionId session, std::uint16_t type, const Body& request, ReplyFn reply) {
+void Coordination::handle(SessionId session, std::uint16_t type, const Body& request, const ReplyFn& reply) {
   try {
     switch (static_cast<MessageType>(type)) {
-      case MessageType::wait_version: return wait_version(session, request, std::move(reply));
-      case MessageType::lock: return lock(session, request, std::move(reply));
-      case MessageType::unlock: return unlock(session, request, std::move(reply));
-      case MessageType::barrier: return barrier(session, request, std::move(reply));
+      case MessageType::wait_version: return wait_version(session, request, reply);
+      case MessageType::lock: return lock(session, request, reply);
+      case MessageType::unlock: return unlock(session, request, reply);
+      case MessageType::barrier: return barrier(session, request, reply);
       default: throw Error(Errc::protocol, "not a coordination message");
     }
   } catch (const Error& e) {
@@ -65,7 +65,7 @@ Coordination::TimerPtr Coordination::start_timer(std::chrono::milliseconds after
 
 // ---------------------------------------------------------------- versions
 
-void Coordination::wait_version(SessionId session, const Body& request, ReplyFn reply) {
+void Coordination::wait_version(SessionId session, const Body& request, const ReplyFn& reply) {
   const char* what = "wait_version";
   const auto name = protocol::get_string(request, "name", what);
   const auto version = protocol::get_u64(request, "version", what);
@@ -81,7 +81,7 @@ void Coordination::wait_version(SessionId session, const Body& request, ReplyFn 
                                                        std::to_string(version) + " in time"));
     waiters.erase(it);
   });
-  version_waiters_[name].push_back(VersionWaiter{id, session, version, std::move(reply), std::move(timer)});
+  version_waiters_[name].push_back(VersionWaiter{id, session, version, reply, std::move(timer)});
 }
 
 void Coordination::version_advanced(const std::string& name) {
@@ -119,7 +119,7 @@ void Coordination::grant(const std::string& name, Lock& lock, SessionId session,
   reply(protocol::ok_reply({{"token", token}}));
 }
 
-void Coordination::lock(SessionId session, const Body& request, ReplyFn reply) {
+void Coordination::lock(SessionId session, const Body& request, const ReplyFn& reply) {
   const char* what = "lock";
   const auto name = protocol::get_string(request, "name", what);
   protocol::validate_name(name);
@@ -147,7 +147,7 @@ void Coordination::lock(SessionId session, const Body& request, ReplyFn reply) {
     waiters.erase(it);
     grant_waiters(name);  // a later waiter may have been queued behind this one only
   });
-  lock.waiters.push_back(LockWaiter{id, session, offset, length, lease, std::move(reply), std::move(timer)});
+  lock.waiters.push_back(LockWaiter{id, session, offset, length, lease, reply, std::move(timer)});
 }
 
 void Coordination::grant_waiters(const std::string& name) {
@@ -184,7 +184,7 @@ void Coordination::release(const std::string& name, std::uint64_t token) {
   grant_waiters(name);
 }
 
-void Coordination::unlock(SessionId session, const Body& request, ReplyFn reply) {
+void Coordination::unlock(SessionId session, const Body& request, const ReplyFn& reply) {
   const char* what = "unlock";
   const auto name = protocol::get_string(request, "name", what);
   const auto token = protocol::get_u64(request, "token", what);
@@ -201,7 +201,7 @@ void Coordination::unlock(SessionId session, const Body& request, ReplyFn reply)
 
 // ---------------------------------------------------------------- barriers
 
-void Coordination::barrier(SessionId session, const Body& request, ReplyFn reply) {
+void Coordination::barrier(SessionId session, const Body& request, const ReplyFn& reply) {
   const char* what = "barrier";
   const auto name = protocol::get_string(request, "name", what);
   protocol::validate_name(name);
@@ -232,7 +232,7 @@ void Coordination::barrier(SessionId session, const Body& request, ReplyFn reply
     }
     if (arrived.empty()) barriers_.erase(name);
   });
-  b.arrived.push_back(Arrival{id, session, std::move(reply), std::move(timer)});
+  b.arrived.push_back(Arrival{id, session, reply, std::move(timer)});
 }
 
 // ---------------------------------------------------------------- sessions

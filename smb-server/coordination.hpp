@@ -31,7 +31,8 @@ class Coordination {
 
   // True if `type` is one of ours; then the reply comes through `reply`.
   static bool handles(std::uint16_t type);
-  void handle(SessionId session, std::uint16_t type, const protocol::Body& request, ReplyFn reply);
+  // Errors, thrown or not, become an error reply.
+  void handle(SessionId session, std::uint16_t type, const protocol::Body& request, const ReplyFn& reply);
 
   // A vector op advanced `name`'s version (posted here from the worker pool).
   void version_advanced(const std::string& name);
@@ -77,10 +78,10 @@ class Coordination {
     std::list<Arrival> arrived;
   };
 
-  void wait_version(SessionId session, const protocol::Body& request, ReplyFn reply);
-  void lock(SessionId session, const protocol::Body& request, ReplyFn reply);
-  void unlock(SessionId session, const protocol::Body& request, ReplyFn reply);
-  void barrier(SessionId session, const protocol::Body& request, ReplyFn reply);
+  void wait_version(SessionId session, const protocol::Body& request, const ReplyFn& reply);
+  void lock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
+  void unlock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
+  void barrier(SessionId session, const protocol::Body& request, const ReplyFn& reply);
 
   void grant(const std::string& name, Lock& lock, SessionId session, std::uint64_t offset, std::uint64_t length,
              std::chrono::milliseconds lease, const ReplyFn& reply);

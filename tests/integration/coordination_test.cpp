@@ -1,0 +1,180 @@
+// Coordination through real smbd processes: version waits woken by another
+// client's op, leased range locks (FIFO, released when the holder dies or its
+// lease runs out), and barriers that fail rather than hang when a participant
+// dies.
+#include "expect_error.hpp"
+#include "fabric.hpp"
+
+#include <smb/client.hpp>
+
+#include <gtest/gtest.h>
+
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <future>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace smb::test;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A child process that runs `body` with its own client, signals readiness
+// through a pipe, then waits to be killed. Forked before the test process
+// makes any client of its own.
+class Child {
+ public:
+  template <class Body>
+  Child(Body body) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      try {
+        body(fds[1]);
+      } catch (...) {
+        ::_exit(3);
+      }
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    ready_fd_ = fds[0];
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (ready_fd_ >= 0) ::close(ready_fd_);
+  }
+  // True once the child wrote its byte (within 10 s).
+  bool wait_ready() {
+    char byte = 0;
+    return ::read(ready_fd_, &byte, 1) == 1;
+  }
+  void kill() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int ready_fd_ = -1;
+};
+
+void signal_ready(int fd) {
+  const char byte = 1;
+  [[maybe_unused]] auto n = ::write(fd, &byte, 1);
+}
+
+class CoordinationTest : public FabricTest {};
+
+TEST_P(CoordinationTest, VersionWaitIsWokenByAnotherClientsOp) {
+  auto waiter_client = make_client();
+  auto buffer = waiter_client.create("versioned", 4096);
+  const auto start = buffer.version();
+  auto woken = std::async(std::launch::async, [&] { return buffer.wait_version(start + 1, 10s); });
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(woken.wait_for(0s), std::future_status::timeout) << "returned before any update";
+  auto other = make_client();
+  other.open("versioned").apply(smb::VectorOp::scale, smb::DType::f32, 0, 1024, 2.0);
+  EXPECT_GE(woken.get(), start + 1);
+  EXPECT_EQ(buffer.version(), start + 1);
+  expect_errc(smb::Errc::timeout, [&] { buffer.wait_version(start + 5, 200ms); }, "a version nobody reaches");
+}
+
+TEST_P(CoordinationTest, LocksExcludeOverlappingRangesAndHandOverOnUnlock) {
+  auto a = make_client();
+  auto b = make_client();
+  smb::LockOptions whole;
+  auto held = a.lock("params", whole);
+  smb::LockOptions quick;
+  quick.timeout = 200ms;
+  expect_errc(smb::Errc::timeout, [&] { b.lock("params", quick); }, "lock held by another client");
+  smb::LockOptions left, right;
+  left.offset = 0, left.length = 100, right.offset = 100, right.length = 100;
+  held.unlock();
+  auto l = a.lock("ranges", left);
+  auto r = b.lock("ranges", right);  // disjoint: granted at once
+  EXPECT_TRUE(l.held() && r.held());
+  auto next = std::async(std::launch::async, [&] { return b.lock("params", whole); });
+  auto again = a.lock("params", whole);  // a holds it again; b waits
+  ASSERT_EQ(next.wait_for(200ms), std::future_status::timeout);
+  again.unlock();
+  EXPECT_TRUE(next.get().held());
+}
+
+TEST_P(CoordinationTest, AnExpiredLeaseHandsTheLockOnAndItsUnlockFails) {
+  auto a = make_client();
+  auto b = make_client();
+  smb::LockOptions short_lease;
+  short_lease.lease = 300ms;
+  auto stale = a.lock("leased", short_lease);
+  const auto begin = Clock::now();
+  auto fresh = b.lock("leased");  // waits for the lease to run out
+  EXPECT_GE(Clock::now() - begin, 250ms);
+  EXPECT_TRUE(fresh.held());
+  expect_errc(smb::Errc::not_found, [&] { stale.unlock(); }, "unlock after the lease expired");
+}
+
+TEST_P(CoordinationTest, AKilledHolderLosesItsLockAtOnce) {
+  const auto options = client_options();
+  Child holder([&](int ready) {
+    smb::Client client(options);
+    smb::LockOptions long_lease;
+    long_lease.lease = 60s;
+    auto lock = client.lock("orphan", long_lease);
+    signal_ready(ready);
+    std::this_thread::sleep_for(60s);
+  });
+  ASSERT_TRUE(holder.wait_ready());
+  auto client = make_client();
+  smb::LockOptions quick;
+  quick.timeout = 200ms;
+  expect_errc(smb::Errc::timeout, [&] { client.lock("orphan", quick); }, "held by the live child");
+  holder.kill();
+  const auto begin = Clock::now();
+  auto lock = client.lock("orphan");
+  EXPECT_LT(Clock::now() - begin, 5s) << "granted only after the lease, not when the holder died";
+}
+
+TEST_P(CoordinationTest, BarrierReleasesEveryPartyTogether) {
+  constexpr int kParties = 3;
+  std::vector<std::future<void>> parties;
+  for (int i = 0; i < kParties; ++i)
+    parties.push_back(std::async(std::launch::async, [&] {
+      auto client = make_client();
+      client.barrier("step", kParties, 10s);
+    }));
+  for (auto& p : parties) EXPECT_NO_THROW(p.get());
+  auto client = make_client();
+  expect_errc(smb::Errc::timeout, [&] { client.barrier("alone", 2, 200ms); }, "a party that never comes");
+}
+
+TEST_P(CoordinationTest, BarrierWithAKilledParticipantIsAnErrorNotAHang) {
+  const auto options = client_options();
+  Child participant([&](int ready) {
+    smb::Client client(options);
+    signal_ready(ready);
+    client.barrier("doomed", 3, 60s);
+  });
+  ASSERT_TRUE(participant.wait_ready());
+  auto client = make_client();
+  auto mine = std::async(std::launch::async, [&] { client.barrier("doomed", 3, 30s); });
+  std::this_thread::sleep_for(300ms);  // both have arrived; the third never will
+  participant.kill();
+  ASSERT_EQ(mine.wait_for(10s), std::future_status::ready) << "the barrier hung after a participant died";
+  expect_errc(smb::Errc::server_gone, [&] { mine.get(); }, "barrier with a dead participant");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabrics, CoordinationTest, testing::ValuesIn(all_fabrics()), fabric_name);
+
+}  // namespace

@@ -1,0 +1,412 @@
+#!/usr/bin/env bash
+# The soft-RoCE / RDMA test suite: real verbs under the fabric.
+#
+# Runs wherever an RDMA device exists: inside the soft-RoCE VM
+# (run-in-vm.sh suite.sh ..., what CTest's softroce_vm does), or directly on a
+# machine with an RDMA NIC or administrator-enabled soft-RoCE
+# (`rdma link add rxe0 type rxe netdev eth0`). Cases:
+#
+#   devices      ibv_devices lists the device
+#   pingpong     ibv_rc_pingpong over the device, loopback (verbs + RC QPs work)
+#   ucx-info     ucx_info -d shows rc_verbs on the device
+#   smb-verbs    smbd + smb-bench over UCX rc_verbs, libsmb's "am" data
+#                protocol: 8 MiB write (one process), read back and verify
+#                (another process), fetch-add with 2 threads; smb-bench -v must
+#                name rc_verbs in its path line
+#   smb-verbs-rma  the same write/read with libsmb's automatic data protocol
+#                (one-sided RMA). KNOWN FAILURE on soft-RoCE with UCX 1.13, see
+#                KNOWN_FAILURES below and docs/softroce.md
+#   two-host     (VM only, it rewires the guest's network) two rxe devices on
+#                the two ends of a veth pair, client and servers on different
+#                devices: ibv_rc_pingpong across, then 2 smbd on one device
+#                and smb-bench on the other, striped write/read/fetch-add
+#   integration  (only with --integration-tests) the GoogleTest integration
+#                binary's shm fabric with UCX restricted to the RDMA device,
+#                so its data moves over rc_verbs instead of shared memory
+#
+# A case in KNOWN_FAILURES ($SMB_SOFTROCE_KNOWN_FAILURES, space-separated,
+# overrides) that fails is reported as XFAIL and does not fail the suite;
+# --strict (or SMB_SOFTROCE_STRICT=1) counts it as a failure.
+#
+# Usage: tests/softroce/suite.sh [OPTIONS]
+#   --smbd PATH               smbd binary ($SMBD; default build/ci/smb-server/smbd)
+#   --smb-bench PATH          smb-bench binary ($SMB_BENCH; default build/ci/tools/smb-bench)
+#   --integration-tests PATH  also run this smb_integration_tests binary ($SMB_INTEGRATION_TESTS)
+#   --gtest-filter FILTER     which integration tests (default: '*shm_1server*')
+#   --device DEV              RDMA device ($SMB_RDMA_DEVICE; default: the first one)
+#   --address IP              IPv4 address of DEV's netdev for smbd (default: looked up)
+#   --two-host / --no-two-host  force the two-host case on or off (default: on in the VM only)
+#   --only REGEX              run only the cases whose name matches
+#   --strict                  known failures fail the suite too
+# Exit status: 0 if every case that ran passed, 1 otherwise.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+export PATH="$PATH:/usr/sbin:/sbin"
+
+SMBD=${SMBD:-$ROOT/build/ci/smb-server/smbd}
+SMB_BENCH=${SMB_BENCH:-$ROOT/build/ci/tools/smb-bench}
+INTEGRATION=${SMB_INTEGRATION_TESTS:-}
+GTEST_FILTER='*shm_1server*'
+DEV=${SMB_RDMA_DEVICE:-}
+ADDR=""
+TWO_HOST=$([[ ${SMB_SOFTROCE_VM:-} == 1 ]] && echo 1 || echo 0)
+ONLY=""
+STRICT=${SMB_SOFTROCE_STRICT:-0}
+# Cases that fail for a known reason not yet fixed (see docs/softroce.md):
+#   smb-verbs-rma: UCX 1.13 selects no "rma" lane for rc_verbs on rxe (only
+#   rma_bw), so puts and gets fall back to UCX's software RMA over active
+#   messages, which never completes against smbd ("not completed within
+#   15000 ms"); libsmb still picks the RMA protocol because it takes "rma_bw"
+#   for native RMA.
+KNOWN_FAILURES=${SMB_SOFTROCE_KNOWN_FAILURES-smb-verbs-rma}
+
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
+while (($# > 0)); do
+  case "$1" in
+    --smbd) SMBD=$2; shift ;;
+    --smb-bench) SMB_BENCH=$2; shift ;;
+    --integration-tests) INTEGRATION=$2; shift ;;
+    --gtest-filter) GTEST_FILTER=$2; shift ;;
+    --device) DEV=$2; shift ;;
+    --address) ADDR=$2; shift ;;
+    --two-host) TWO_HOST=1 ;;
+    --no-two-host) TWO_HOST=0 ;;
+    --only) ONLY=$2; shift ;;
+    --strict) STRICT=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "suite: unknown option $1 (try --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# Logs: kept in the VM's run folder (run-in-vm.sh --keep) or a temporary folder.
+if [[ -n ${SMB_VM_OUT:-} && -w ${SMB_VM_OUT:-/nonexistent} ]]; then
+  LOGS=$SMB_VM_OUT/logs
+  mkdir -p "$LOGS"
+else
+  LOGS=$(mktemp -d "${TMPDIR:-/tmp}/smb-softroce-suite.XXXXXX")
+fi
+
+PIDS=()  # background processes this suite started (killed by PID at the end)
+# SIGTERM, then SIGKILL after 10 s: a daemon that hangs on shutdown must not
+# hang the suite (it is reported).
+stop_pids() {
+  local pid i
+  (($# > 0)) || return 0
+  kill "$@" 2>/dev/null
+  for pid in "$@"; do
+    for ((i = 0; i < 50; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "suite: process $pid did not exit within 10 s of SIGTERM; killing it"
+      kill -KILL "$pid" 2>/dev/null
+    fi
+    wait "$pid" 2>/dev/null
+  done
+  forget_pids "$@"
+}
+# Drops reaped processes from PIDS, so that a recycled PID is never signalled.
+forget_pids() {
+  local pid
+  local -a keep=()
+  for pid in "${PIDS[@]}"; do [[ " $* " == *" $pid "* ]] || keep+=("$pid"); done
+  PIDS=("${keep[@]}")
+}
+cleanup() { stop_pids "${PIDS[@]}"; }
+trap cleanup EXIT
+
+ulimit -l unlimited 2>/dev/null || true
+echo "suite: memlock limit $(ulimit -l), logs in $LOGS"
+
+PASSED=() FAILED=() SKIPPED=() XFAILED=() XPASSED=()
+say() { echo "suite: $*"; }
+fail() { echo "suite: FAIL: $*"; return 1; }
+
+run_case() {
+  local name=$1 fn=$2 start rc
+  if [[ -n $ONLY && ! $name =~ $ONLY ]]; then return 0; fi
+  echo
+  echo "=== $name"
+  start=$(date +%s)
+  "$fn"
+  rc=$?
+  local took=$(($(date +%s) - start)) known=0
+  [[ " $KNOWN_FAILURES " == *" $name "* ]] && ((!STRICT)) && known=1
+  case $rc in
+    0)
+      if ((known)); then
+        XPASSED+=("$name")
+        echo "--- PASS $name (${took}s): listed as a known failure, but passed: take it off KNOWN_FAILURES in suite.sh"
+      else
+        PASSED+=("$name")
+        echo "--- PASS $name (${took}s)"
+      fi
+      ;;
+    77) SKIPPED+=("$name"); echo "--- SKIP $name (${took}s)" ;;
+    *)
+      if ((known)); then
+        XFAILED+=("$name")
+        echo "--- XFAIL $name (${took}s): known failure, see KNOWN_FAILURES in suite.sh and docs/softroce.md"
+      else
+        FAILED+=("$name")
+        echo "--- FAIL $name (${took}s)"
+      fi
+      ;;
+  esac
+}
+
+# --- helpers -----------------------------------------------------------------
+
+first_device() { ibv_devices 2>/dev/null | awk 'NR > 2 && NF { print $1; exit }'; }
+
+netdev_of() { rdma link show "$1/1" 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "netdev") print $(i + 1) }'; }
+
+ipv4_of_netdev() { ip -4 -o addr show dev "$1" 2>/dev/null | awk '{ split($4, a, "/"); print a[1]; exit }'; }
+
+# A GID index of DEV port 1 for the verbs tools: the first RoCE v2 GID that
+# maps an IPv4 address (what UCX picks too), else 0 (InfiniBand, or no IPv4).
+gid_index() {
+  local dir=/sys/class/infiniband/$1/ports/1 f i gid type
+  for f in "$dir"/gids/*; do
+    i=${f##*/}
+    gid=$(cat "$f" 2>/dev/null) || continue
+    type=$(cat "$dir/gid_attrs/types/$i" 2>/dev/null) || continue
+    if [[ $type == "RoCE v2" && $gid == 0000:0000:0000:0000:0000:ffff:* ]]; then
+      echo "$i"
+      return
+    fi
+  done
+  echo 0
+}
+
+# Waits up to $2 seconds for a line matching $3 in file $1; prints the match.
+wait_for_line() {
+  local file=$1 secs=$2 pattern=$3 i line
+  for ((i = 0; i < secs * 5; i++)); do
+    line=$(grep -m1 -o -E "$pattern" "$file" 2>/dev/null) && { echo "$line"; return 0; }
+    sleep 0.2
+  done
+  return 1
+}
+
+# start_smbd NAME LISTEN [ENV...]: starts smbd in the background with the
+# given environment; sets SMBD_ADDRESS to the HOST:PORT it announced.
+start_smbd() {
+  local name=$1 listen=$2 log=$LOGS/$1.log pid
+  shift 2
+  env "$@" "$SMBD" --listen "$listen" --capacity 64M --log-level info >"$log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  if ! SMBD_ADDRESS=$(wait_for_line "$log" 60 'smbd ready on [^ ]+' | awk '{ print $4 }') || [[ -z $SMBD_ADDRESS ]]; then
+    echo "suite: smbd $name did not announce 'smbd ready on HOST:PORT' within 60 s; its log:"
+    sed 's/^/  | /' "$log"
+    return 1
+  fi
+  say "smbd $name (pid $pid) ready on $SMBD_ADDRESS ($*)"
+}
+
+# bench LABEL EXPECT [ENV...] -- SMB-BENCH-ARGS...: runs smb-bench -v, shows
+# its output, and checks exit status 0, "verify ok" and that every path line
+# matches the extended regex EXPECT.
+bench() {
+  local label=$1 expect=$2 log=$LOGS/bench-$1.log rc
+  shift 2
+  local -a envs=()
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  say "smb-bench $*"
+  timeout -k 5 180 env "${envs[@]}" "$SMB_BENCH" -v "$@" >"$log" 2>&1
+  rc=$?
+  sed 's/^/  | /' "$log"
+  ((rc == 0)) || { fail "smb-bench $label exited with status $rc"; return 1; }
+  grep -q 'verify *ok' "$log" || { fail "smb-bench $label did not report 'verify ok'"; return 1; }
+  grep -q '^ *path ' "$log" || { fail "smb-bench $label printed no path line"; return 1; }
+  if grep '^ *path ' "$log" | grep -v -q -E -- "$expect"; then
+    fail "smb-bench $label: a path line does not name $expect"
+    return 1
+  fi
+}
+
+# The UCX environment for the verbs data path on device $1: rc_verbs for data,
+# ud_verbs beside it for wire-up (rc_verbs alone fails with "Destination is
+# unreachable"), self for loopback within a process.
+# On a software device (rxe, siw: no PCI device behind it) UCX's UD must not
+# check the destination GID of received packets: rxe hands RoCE v2/IPv4
+# packets up in a form that fails that check, so every ud_verbs packet is
+# dropped silently and wire-up never completes (UD "resending" forever, then
+# an assertion in ucp_worker_destroy). ibv_ud_pingpong is not affected.
+verbs_env() {
+  local env="UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=$1:1"
+  [[ -e /sys/class/infiniband/$1/device ]] || env+=" UCX_UD_ETH_DGID_CHECK=n"
+  echo "$env"
+}
+
+# --- cases -------------------------------------------------------------------
+
+case_devices() {
+  ibv_devices
+  [[ -n $DEV ]] || { fail "no RDMA device: ibv_devices lists none (soft-RoCE: rdma link add rxe0 type rxe netdev eth0)"; return 1; }
+  ibv_devices | awk 'NR > 2 { print $1 }' | grep -qx -- "$DEV" || { fail "ibv_devices does not list $DEV"; return 1; }
+  rdma link show "$DEV/1" || true
+  say "device $DEV, netdev ${NETDEV:-?}, address ${ADDR:-?}"
+  [[ -n $ADDR ]] || { fail "no IPv4 address for $DEV (netdev ${NETDEV:-none}); give one with --address"; return 1; }
+}
+
+# pingpong SERVER_DEV CLIENT_DEV CONNECT_TO: ibv_rc_pingpong, 200 iterations.
+pingpong() {
+  local sdev=$1 cdev=$2 host=$3 port=$((18515 + RANDOM % 1000)) spid rc i
+  local sg cg
+  sg=$(gid_index "$sdev")
+  cg=$(gid_index "$cdev")
+  timeout -k 5 120 ibv_rc_pingpong -d "$sdev" -g "$sg" -p "$port" -n 200 >"$LOGS/pingpong-server.log" 2>&1 &
+  spid=$!
+  PIDS+=("$spid")
+  for ((i = 0; i < 30; i++)); do
+    sleep 1
+    timeout -k 5 120 ibv_rc_pingpong -d "$cdev" -g "$cg" -p "$port" -n 200 "$host" >"$LOGS/pingpong-client.log" 2>&1
+    rc=$?
+    grep -q "Couldn't connect" "$LOGS/pingpong-client.log" || break
+  done
+  wait "$spid"
+  local src=$?
+  forget_pids "$spid"
+  echo "server ($sdev, gid $sg):"
+  sed 's/^/  | /' "$LOGS/pingpong-server.log"
+  echo "client ($cdev, gid $cg, to $host):"
+  sed 's/^/  | /' "$LOGS/pingpong-client.log"
+  ((rc == 0 && src == 0)) || { fail "ibv_rc_pingpong: client status $rc, server status $src"; return 1; }
+  grep -q 'iters in' "$LOGS/pingpong-client.log" || { fail "ibv_rc_pingpong client reported no transfer"; return 1; }
+}
+
+case_pingpong() { pingpong "$DEV" "$DEV" localhost; }
+
+case_ucx_info() {
+  ucx_info -d >"$LOGS/ucx_info.log" 2>&1 || { cat "$LOGS/ucx_info.log"; fail "ucx_info -d failed"; return 1; }
+  local found
+  found=$(awk '/Transport:/ { t = $NF } /Device:/ { print t " on " $NF }' "$LOGS/ucx_info.log" | grep -- "$DEV:1")
+  echo "$found"
+  grep -q "^rc_verbs on $DEV:1$" <<<"$found" || { fail "ucx_info -d does not show rc_verbs on $DEV:1"; return 1; }
+}
+
+# One smbd on $DEV; write, read back (another process), fetch-add. $1: the
+# data protocol (SMB_DATA_PROTOCOL: am, auto), $2: a name for the buffer/logs.
+smb_over_verbs() {
+  local protocol=$1 tag=$2 rc=0 expect='am: [^;)]*rc_verbs'
+  [[ $protocol == am ]] || expect='rma: [^;)]*rc_verbs'
+
+  local -a env
+  read -r -a env <<<"$(verbs_env "$DEV") SMB_DATA_PROTOCOL=$protocol"
+  start_smbd "smbd-$tag" "$ADDR:0" "${env[@]}" || return 1
+  local pid=${PIDS[-1]} server=$SMBD_ADDRESS
+  bench "$tag-write" "$expect" "${env[@]}" -- --servers "$server" --op write --size 8M --block 1M --verify --keep --name "$tag" &&
+    bench "$tag-read" "$expect" "${env[@]}" -- --servers "$server" --op read --size 8M --block 1M --verify --name "$tag" &&
+    bench "$tag-fetch-add" "$expect" "${env[@]}" -- --servers "$server" --op fetch-add --size 4K --iters 100 --threads 2 --verify ||
+    rc=1
+  stop_pids "$pid"
+  return $rc
+}
+
+case_smb_verbs() { smb_over_verbs am vm; }
+case_smb_verbs_rma() { smb_over_verbs auto vm-rma; }
+
+# Two rxe devices on the two ends of a veth pair, in one guest: rxe_a on va
+# (10.0.3.1), rxe_b on vb (10.0.3.2). Both addresses are local, so Linux would
+# deliver between them over loopback, where no rxe device listens; policy
+# routing sends locally generated traffic for the other end out through the
+# veth instead, and accept_local lets it in on arrival.
+setup_two_host() {
+  [[ -e /sys/class/infiniband/rxe_a ]] && return 0
+  local c
+  for c in \
+    "ip link add va type veth peer name vb" \
+    "ip addr add 10.0.3.1/24 dev va" \
+    "ip addr add 10.0.3.2/24 dev vb" \
+    "ip link set va up" \
+    "ip link set vb up" \
+    "ip rule add pref 100 lookup local" \
+    "ip rule del pref 0" \
+    "ip rule add pref 10 iif lo to 10.0.3.1 lookup 101" \
+    "ip rule add pref 11 iif lo to 10.0.3.2 lookup 102" \
+    "ip route add 10.0.3.1 dev vb src 10.0.3.2 table 101" \
+    "ip route add 10.0.3.2 dev va src 10.0.3.1 table 102" \
+    "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.va.rp_filter=0 net.ipv4.conf.vb.rp_filter=0" \
+    "sysctl -qw net.ipv4.conf.all.accept_local=1 net.ipv4.conf.va.accept_local=1 net.ipv4.conf.vb.accept_local=1" \
+    "rdma link add rxe_a type rxe netdev va" \
+    "rdma link add rxe_b type rxe netdev vb"; do
+    # shellcheck disable=SC2086
+    $c || { fail "two-host set-up: $c"; return 1; }
+  done
+  ip neigh replace 10.0.3.1 lladdr "$(cat /sys/class/net/va/address)" dev vb nud permanent
+  ip neigh replace 10.0.3.2 lladdr "$(cat /sys/class/net/vb/address)" dev va nud permanent
+  ibv_devices
+  ip -4 route get 10.0.3.1 from 10.0.3.2
+}
+
+case_two_host() {
+  setup_two_host || return 1
+  say "ibv_rc_pingpong: server on rxe_a, client on rxe_b"
+  pingpong rxe_a rxe_b 10.0.3.1 || return 1
+  local -a senv cenv
+  read -r -a senv <<<"$(verbs_env rxe_a) SMB_DATA_PROTOCOL=am"
+  read -r -a cenv <<<"$(verbs_env rxe_b) SMB_DATA_PROTOCOL=am"
+  start_smbd smbd-a1 10.0.3.1:0 "${senv[@]}" || return 1
+  local s1=$SMBD_ADDRESS
+  start_smbd smbd-a2 10.0.3.1:0 "${senv[@]}" || return 1
+  local servers=$s1,$SMBD_ADDRESS rc=0
+  say "servers on rxe_a: $servers; clients on rxe_b"
+  bench 2h-write 'am: [^;)]*rc_verbs' "${cenv[@]}" -- --servers "$servers" --op write --size 8M --block 1M --stripe-unit 1M --verify --keep --name vm2 &&
+    bench 2h-read 'am: [^;)]*rc_verbs' "${cenv[@]}" -- --servers "$servers" --op read --size 8M --block 1M --verify --name vm2 &&
+    bench 2h-fetch-add 'am: [^;)]*rc_verbs' "${cenv[@]}" -- --servers "$servers" --op fetch-add --size 4K --iters 100 --threads 2 --verify ||
+    rc=1
+  cleanup
+  return $rc
+}
+
+case_integration() {
+  [[ -x $INTEGRATION ]] || { fail "no integration test binary at $INTEGRATION"; return 1; }
+  # The shm fabric leaves UCX_TLS unset; restricting UCX to the RDMA device
+  # (no shared-memory devices, no other NIC) makes its data path rc_verbs.
+  say "$INTEGRATION --gtest_filter=$GTEST_FILTER with UCX_NET_DEVICES=$DEV:1 UCX_SHM_DEVICES= (no shared memory)"
+  local -a soft=()
+  [[ -e /sys/class/infiniband/$DEV/device ]] || soft=(UCX_UD_ETH_DGID_CHECK=n)
+  env "${soft[@]}" UCX_NET_DEVICES="$DEV:1" UCX_SHM_DEVICES= timeout -k 5 900 "$INTEGRATION" --gtest_filter="$GTEST_FILTER" --gtest_brief=1 \
+    >"$LOGS/integration.log" 2>&1
+  local rc=$?
+  tail -n 60 "$LOGS/integration.log"
+  ((rc == 0)) || { fail "integration tests exited with status $rc"; return 1; }
+}
+
+# --- main --------------------------------------------------------------------
+
+[[ -x $SMBD ]] || { echo "suite: no smbd at $SMBD (build it, or give --smbd)"; exit 1; }
+[[ -x $SMB_BENCH ]] || { echo "suite: no smb-bench at $SMB_BENCH (build it, or give --smb-bench)"; exit 1; }
+[[ -n $DEV ]] || DEV=$(first_device)
+NETDEV=""
+[[ -n $DEV ]] && NETDEV=$(netdev_of "$DEV")
+[[ -n $ADDR || -z $NETDEV ]] || ADDR=$(ipv4_of_netdev "$NETDEV")
+
+run_case devices case_devices
+if ((${#FAILED[@]} == 0)); then
+  run_case pingpong case_pingpong
+  run_case ucx-info case_ucx_info
+  run_case smb-verbs case_smb_verbs
+  run_case smb-verbs-rma case_smb_verbs_rma
+  ((TWO_HOST)) && run_case two-host case_two_host
+  [[ -n $INTEGRATION ]] && run_case integration case_integration
+fi
+cleanup
+
+echo
+echo "suite: passed: ${PASSED[*]:-none}"
+((${#SKIPPED[@]} == 0)) || echo "suite: skipped: ${SKIPPED[*]}"
+((${#XFAILED[@]} == 0)) || echo "suite: known failures (XFAIL, not counted): ${XFAILED[*]}"
+((${#XPASSED[@]} == 0)) || echo "suite: known failures that passed (take them off KNOWN_FAILURES): ${XPASSED[*]}"
+if ((${#FAILED[@]} > 0)); then
+  echo "suite: FAILED: ${FAILED[*]}"
+  exit 1
+fi
+echo "suite: all passed"
