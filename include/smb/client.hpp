@@ -104,6 +104,7 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
+  bool valid() const noexcept { return static_cast<bool>(core_); }
   const std::string& name() const;
   std::uint64_t size() const;
   const Layout& layout() const;

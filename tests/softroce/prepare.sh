@@ -100,39 +100,47 @@ newest_cached_kernel() {
   [[ -n $best ]] && printf '%s\n' "$best"
 }
 
-fetch_kernel() {
-  local pkg version tmp deb
-  pkg=$(wanted_kernel_package || true)
-  if [[ -z $pkg ]]; then
-    info "apt-cache does not know linux-image-amd64; updating the package lists"
-    as_root apt-get update -q -o DPkg::Lock::Timeout=300 >&2 || true
-    pkg=$(wanted_kernel_package || true)
-  fi
-  if [[ -n $pkg ]]; then
-    version=${pkg#linux-image-}
-    if usable_kernel "$version"; then
-      printf '%s\n' "$version"
-      return 0
-    fi
-    info "fetching $pkg (about 70 MB) into $CACHE/kernel/$version"
-    tmp=$(mktemp -d "$CACHE/download.XXXXXX")
-    # apt drops privileges to _apt for downloads; a folder it may write to avoids a warning.
-    chmod 755 "$tmp"
-    chown _apt "$tmp" 2>/dev/null || true
-    if (cd "$tmp" && apt-get download -q "$pkg" >&2); then
-      deb=$(ls "$tmp"/*.deb)
-      rm -rf "$CACHE/kernel/$version"
-      mkdir -p "$CACHE/kernel/$version"
-      dpkg -x "$deb" "$CACHE/kernel/$version"
-      depmod -b "$CACHE/kernel/$version" "$version"
-      touch "$CACHE/kernel/$version/.complete"
-      rm -rf "$tmp"
-      printf '%s\n' "$version"
-      return 0
-    fi
+# Downloads and unpacks kernel package $1 into the cache; prints its version.
+download_kernel() {
+  local pkg=$1 version=${1#linux-image-} tmp deb
+  info "fetching $pkg (about 70 MB) into $CACHE/kernel/$version"
+  tmp=$(mktemp -d "$CACHE/download.XXXXXX")
+  # apt drops privileges to _apt for downloads; a folder it may write to avoids a warning.
+  chmod 755 "$tmp"
+  chown _apt "$tmp" 2>/dev/null || true
+  if ! (cd "$tmp" && apt-get download -q "$pkg" >&2); then
     rm -rf "$tmp"
     softroce_log "apt-get download $pkg failed"
+    return 1
   fi
+  deb=$(ls "$tmp"/*.deb)
+  rm -rf "$CACHE/kernel/$version"
+  mkdir -p "$CACHE/kernel/$version"
+  dpkg -x "$deb" "$CACHE/kernel/$version"
+  depmod -b "$CACHE/kernel/$version" "$version"
+  touch "$CACHE/kernel/$version/.complete"
+  rm -rf "$tmp"
+  printf '%s\n' "$version"
+}
+
+fetch_kernel() {
+  local pkg version attempt
+  for attempt in 1 2; do
+    pkg=$(wanted_kernel_package || true)
+    if [[ -n $pkg ]]; then
+      version=${pkg#linux-image-}
+      if usable_kernel "$version"; then
+        printf '%s\n' "$version"
+        return 0
+      fi
+      download_kernel "$pkg" && return 0
+    fi
+    # Missing or stale package lists (the archive may have moved on to a new
+    # kernel): update them once and ask again.
+    ((attempt == 1)) || break
+    info "updating the package lists (apt-get update)"
+    as_root apt-get update -q -o DPkg::Lock::Timeout=300 >&2 || true
+  done
   if version=$(newest_cached_kernel); then
     softroce_log "warning: using the cached kernel $version"
     printf '%s\n' "$version"

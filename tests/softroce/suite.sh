@@ -13,9 +13,9 @@
 #                protocol: 8 MiB write (one process), read back and verify
 #                (another process), fetch-add with 2 threads; smb-bench -v must
 #                name rc_verbs in its path line
-#   smb-verbs-rma  the same write/read with libsmb's automatic data protocol
-#                (one-sided RMA). KNOWN FAILURE on soft-RoCE with UCX 1.13, see
-#                KNOWN_FAILURES below and docs/softroce.md
+#   smb-verbs-rma  the same with libsmb's automatic data protocol, which over
+#                verbs is "am" for now: UCX 1.13's put/get over rc_verbs stall
+#                against smbd here (docs/softroce.md)
 #   two-host     (VM only, it rewires the guest's network) two rxe devices on
 #                the two ends of a veth pair, client and servers on different
 #                devices: ibv_rc_pingpong across, then 2 smbd on one device
@@ -54,13 +54,8 @@ ADDR=""
 TWO_HOST=$([[ ${SMB_SOFTROCE_VM:-} == 1 ]] && echo 1 || echo 0)
 ONLY=""
 STRICT=${SMB_SOFTROCE_STRICT:-0}
-# Cases that fail for a known reason not yet fixed (see docs/softroce.md):
-#   smb-verbs-rma: UCX 1.13 selects no "rma" lane for rc_verbs on rxe (only
-#   rma_bw), so puts and gets fall back to UCX's software RMA over active
-#   messages, which never completes against smbd ("not completed within
-#   15000 ms"); libsmb still picks the RMA protocol because it takes "rma_bw"
-#   for native RMA.
-KNOWN_FAILURES=${SMB_SOFTROCE_KNOWN_FAILURES-smb-verbs-rma}
+# Cases that fail for a known reason not yet fixed (see docs/softroce.md); none now.
+KNOWN_FAILURES=${SMB_SOFTROCE_KNOWN_FAILURES-}
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 while (($# > 0)); do
@@ -296,7 +291,7 @@ case_ucx_info() {
 # data protocol (SMB_DATA_PROTOCOL: am, auto), $2: a name for the buffer/logs.
 smb_over_verbs() {
   local protocol=$1 tag=$2 rc=0 expect='am: [^;)]*rc_verbs'
-  [[ $protocol == am ]] || expect='rma: [^;)]*rc_verbs'
+  [[ $protocol == am ]] || expect='data protocol [a-z]*, .*rc_verbs'
 
   local -a env
   read -r -a env <<<"$(verbs_env "$DEV") SMB_DATA_PROTOCOL=$protocol"

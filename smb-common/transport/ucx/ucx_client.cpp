@@ -212,10 +212,20 @@ void close_endpoint(ucp_worker_h worker, ucp_ep_h ep, bool force) {
 // The UCX transports behind an endpoint's lanes, by purpose.
 struct Lanes {
   std::set<std::string> rma, amo, am;
+  bool put_lanes = false;
 
   // RMA that a NIC or the kernel does (verbs, CMA, shared memory), rather
   // than UCX's software emulation over TCP.
-  bool native_rma() const { return !rma.empty() && !rma.contains("tcp"); }
+  //
+  // Shared memory only, for now: over rc_verbs (tested on soft-RoCE in the
+  // project's VM suite) UCX 1.13's put/get against smbd stall even with RMA
+  // lanes listed, so verbs paths use the "am" protocol until the native verbs
+  // transport replaces them; SMB_DATA_PROTOCOL=rma still forces RMA.
+  bool native_rma() const {
+    static const std::set<std::string> shared_memory{"cma", "posix", "sysv", "knem", "xpmem"};
+    return put_lanes && !rma.empty() &&
+           std::all_of(rma.begin(), rma.end(), [](const auto& t) { return shared_memory.contains(t); });
+  }
   // Atomics a NIC does. UCX's shared-memory atomic lanes need keys that a
   // registered segment does not have, so those go through the server too.
   bool native_amo() const {
@@ -250,11 +260,19 @@ Lanes lanes_of(ucp_ep_h ep) {
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
     if (!std::regex_search(line, m, lane)) continue;
-    if (line.find(" rma") != std::string::npos) lanes.rma.insert(m[1].str());
-    if (line.find(" amo") != std::string::npos) lanes.amo.insert(m[1].str());
-    if (line.find(" am ") != std::string::npos || line.find(" am_bw") != std::string::npos)
-      lanes.am.insert(m[1].str());
+    // Purposes are words such as "rma", "rma_bw#0", "amo#1", "am".
+    std::istringstream words(line.substr(static_cast<std::size_t>(m.position(0) + m.length(0))));
+    for (std::string word; words >> word;) {
+      const std::string purpose = word.substr(0, word.find('#'));
+      if (purpose == "rma" || purpose == "rma_bw") lanes.rma.insert(m[1].str());
+      if (purpose == "amo") lanes.amo.insert(m[1].str());
+      if (purpose == "am" || purpose == "am_bw") lanes.am.insert(m[1].str());
+    }
   }
+  // UCX lists the protocols of its RMA lanes as "put[i]: ..." lines. Without
+  // any (TCP; rc_verbs on rxe, which has only an rma_bw lane), put and get
+  // fall back to UCX's software emulation, which needs the server to reply.
+  lanes.put_lanes = info.find("put[") != std::string::npos;
   return lanes;
 }
 

@@ -1,0 +1,161 @@
+// The update engine (include/smb/update_engine.hpp) on top of the public
+// API: buffers, server-side accumulate, barriers. Buffers, under the
+// engine's name:
+//   NAME/global        the global weights Wg
+//   NAME/delta/G       group G's delta area: dW written one-sided, then
+//                      accumulated into Wg by the servers
+//   NAME/group/G       group G's slots: one per member (allreduce) and one
+//                      the root broadcasts through
+//   NAME/sum/0, /1     synchronous mode: alternating sums of the roots' W
+#include <smb/update_engine.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace smb {
+
+namespace {
+
+std::span<const std::byte> bytes_of(std::span<const float> v) { return std::as_bytes(v); }
+std::span<std::byte> bytes_of(std::span<float> v) { return std::as_writable_bytes(v); }
+
+}  // namespace
+
+UpdateEngine::UpdateEngine(Client& client, EngineConfig config)
+    : client_(client), config_(std::move(config)), bytes_(config_.parameters * sizeof(float)) {
+  const auto& c = config_;
+  auto bad = [&](const std::string& why) { throw Error(Errc::invalid_argument, "update engine '" + c.name + "': " + why); };
+  if (c.parameters == 0) bad("no parameters");
+  if (c.groups == 0 || c.group >= c.groups) bad("group must be below groups");
+  if (c.group_size == 0 || c.group_rank >= c.group_size) bad("group_rank must be below group_size");
+  if (c.tau == 0) bad("tau must be at least 1");
+  if (!(c.alpha > 0 && c.alpha <= 1)) bad("alpha must be in (0, 1]");
+  scratch_.resize(static_cast<std::size_t>(c.parameters) * std::max<std::uint32_t>(c.group_size, 1));
+}
+
+UpdateEngine::~UpdateEngine() {
+  try {
+    finish_pending();
+  } catch (const Error&) {
+    // a failed push: its error was the caller's to see at the next exchange
+  }
+}
+
+std::string UpdateEngine::barrier_name(const std::string& what) const {
+  return config_.name + "/g" + std::to_string(config_.group) + "/" + what;
+}
+
+void UpdateEngine::group_barrier(const std::string& what) {
+  if (config_.group_size > 1) client_.barrier(barrier_name(what), config_.group_size, config_.timeout);
+}
+
+void UpdateEngine::finish_pending() {
+  if (pending_.valid()) pending_.get();
+}
+
+void UpdateEngine::initialize(std::span<float> params) {
+  if (params.size() != config_.parameters) throw Error(Errc::invalid_argument, "initialize: wrong parameter count");
+  const auto& c = config_;
+  const std::string group = std::to_string(c.group);
+  if (root()) {
+    group_area_ = client_.open_or_create(c.name + "/group/" + group, bytes_ * (c.group_size + 1));
+    delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_);
+    for (int k = 0; k < 2 && c.mode == UpdateMode::synchronous; ++k)
+      sums_[k] = client_.open_or_create(c.name + "/sum/" + std::to_string(k), bytes_);
+    if (c.group == 0) {
+      global_ = client_.open_or_create(c.name + "/global", bytes_);
+      global_.write(0, bytes_of(std::span<const float>(params)));
+      for (auto& sum : sums_)
+        if (sum.valid()) sum.apply(VectorOp::scale, DType::f32, 0, c.parameters, 0.0);
+    }
+  }
+  client_.barrier(c.name + "/init", c.groups * c.group_size, c.timeout);
+  if (!global_.valid()) global_ = client_.open(c.name + "/global");
+  if (!group_area_.valid()) group_area_ = client_.open(c.name + "/group/" + group);
+  global_.read(0, bytes_of(params));
+  if (c.mode == UpdateMode::downpour && root()) last_pull_.assign(params.begin(), params.end());
+}
+
+void UpdateEngine::allreduce(std::span<float> grads) {
+  if (config_.group_size == 1) return;
+  const std::uint64_t n = config_.parameters;
+  group_area_.write(config_.group_rank * bytes_, bytes_of(std::span<const float>(grads)));
+  group_barrier("allreduce-written");
+  group_area_.read(0, bytes_of(std::span<float>(scratch_).first(n * config_.group_size)));
+  const float scale = 1.0f / static_cast<float>(config_.group_size);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    float sum = 0;
+    for (std::uint32_t r = 0; r < config_.group_size; ++r) sum += scratch_[r * n + i];
+    grads[i] = sum * scale;
+  }
+  group_barrier("allreduce-read");  // nobody overwrites a slot before all have read it
+}
+
+void UpdateEngine::after_step(std::span<float> params) {
+  if (params.size() != config_.parameters) throw Error(Errc::invalid_argument, "after_step: wrong parameter count");
+  if (++steps_ % config_.tau != 0) return;
+  if (root()) exchange(params);
+  broadcast_in_group(params);
+}
+
+void UpdateEngine::exchange(std::span<float> params) {
+  const std::uint64_t n = config_.parameters;
+  auto wg = std::span<float>(scratch_).first(n);
+  finish_pending();  // the delta area is free again, and errors surface here
+  switch (config_.mode) {
+    case UpdateMode::seasgd: {
+      global_.read(0, bytes_of(wg));  // not overlapped: no stale global weights
+      push_.resize(n);
+      const auto alpha = static_cast<float>(config_.alpha);
+      for (std::uint64_t i = 0; i < n; ++i) {
+        push_[i] = alpha * (params[i] - wg[i]);
+        params[i] -= push_[i];
+      }
+      pending_ = std::async(std::launch::async, [this, n] {  // overlaps the next steps
+        delta_.write(0, bytes_of(std::span<const float>(push_)));
+        global_.apply_from(VectorOp::accumulate, DType::f32, 0, n, 1.0, delta_, 0);
+      });
+      break;
+    }
+    case UpdateMode::downpour: {
+      push_.resize(n);
+      for (std::uint64_t i = 0; i < n; ++i) push_[i] = params[i] - last_pull_[i];
+      delta_.write(0, bytes_of(std::span<const float>(push_)));
+      global_.apply_from(VectorOp::accumulate, DType::f32, 0, n, 1.0, delta_, 0);
+      global_.read(0, bytes_of(params));
+      last_pull_.assign(params.begin(), params.end());
+      break;
+    }
+    case UpdateMode::synchronous: {
+      auto& sum = sums_[exchanges_ % 2];
+      delta_.write(0, bytes_of(std::span<const float>(params)));
+      sum.apply_from(VectorOp::axpy, DType::f32, 0, n, 1.0 / config_.groups, delta_, 0);
+      client_.barrier(config_.name + "/sum-pushed", config_.groups, config_.timeout);
+      sum.read(0, bytes_of(params));
+      client_.barrier(config_.name + "/sum-read", config_.groups, config_.timeout);
+      // Zeroed for its next use two exchanges on, which every root reaches
+      // only after the next exchange's barrier, i.e. after this.
+      if (config_.group == 0) sum.apply(VectorOp::scale, DType::f32, 0, n, 0.0);
+      if (config_.group == 0) global_.write(0, bytes_of(std::span<const float>(params)));
+      break;
+    }
+  }
+  ++exchanges_;
+}
+
+void UpdateEngine::broadcast_in_group(std::span<float> params) {
+  if (config_.group_size == 1) return;
+  const std::uint64_t slot = config_.group_size * bytes_;
+  if (root()) group_area_.write(slot, bytes_of(std::span<const float>(params)));
+  group_barrier("broadcast-written");
+  if (!root()) group_area_.read(slot, bytes_of(params));
+  group_barrier("broadcast-read");
+}
+
+void UpdateEngine::global_weights(std::span<float> out) {
+  if (out.size() != config_.parameters) throw Error(Errc::invalid_argument, "global_weights: wrong parameter count");
+  finish_pending();
+  global_.read(0, bytes_of(out));
+}
+
+}  // namespace smb

@@ -1,0 +1,167 @@
+// Training through the update engine converges: softmax regression on a
+// deterministic 10-class problem (64 features, like 8x8 digits), 4 workers in
+// 2 groups (hybrid: allreduce inside a group, the engine's mode between
+// groups), against one worker training alone on all the data.
+#include "fabric.hpp"
+
+#include <smb/update_engine.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace smb::test;
+
+constexpr int kClasses = 10, kFeatures = 64;
+constexpr std::size_t kParams = kClasses * kFeatures + kClasses;
+constexpr int kBatch = 16, kEpochs = 6;
+constexpr float kLearningRate = 0.05f;
+
+struct Dataset {
+  std::vector<float> x;  // samples x kFeatures
+  std::vector<int> y;
+  std::size_t size() const { return y.size(); }
+};
+
+// Gaussian clusters around fixed random class means: separable but noisy.
+void make_data(Dataset& train, Dataset& test) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> unit(0, 1);
+  std::vector<float> means(kClasses * kFeatures);
+  for (auto& m : means) m = unit(rng);
+  auto sample = [&](Dataset& d, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const int c = static_cast<int>(i % kClasses);
+      for (int f = 0; f < kFeatures; ++f) d.x.push_back(means[static_cast<std::size_t>(c * kFeatures + f)] + 1.2f * unit(rng));
+      d.y.push_back(c);
+    }
+  };
+  sample(train, 2000);
+  sample(test, 600);
+}
+
+// Softmax-regression gradient of the mean loss over samples [first, first+n) of `d`.
+void gradient(const std::vector<float>& w, const Dataset& d, std::size_t first, std::size_t n, std::vector<float>& g) {
+  std::fill(g.begin(), g.end(), 0.0f);
+  const float* bias = w.data() + kClasses * kFeatures;
+  for (std::size_t s = first; s < first + n; ++s) {
+    const float* x = d.x.data() + s * kFeatures;
+    float logits[kClasses];
+    float top = -1e30f;
+    for (int c = 0; c < kClasses; ++c) {
+      float z = bias[c];
+      for (int f = 0; f < kFeatures; ++f) z += w[static_cast<std::size_t>(c * kFeatures + f)] * x[f];
+      logits[c] = z;
+      top = std::max(top, z);
+    }
+    float total = 0;
+    for (auto& z : logits) total += (z = std::exp(z - top));
+    for (int c = 0; c < kClasses; ++c) {
+      const float delta = (logits[c] / total - (d.y[s] == c ? 1.0f : 0.0f)) / static_cast<float>(n);
+      for (int f = 0; f < kFeatures; ++f) g[static_cast<std::size_t>(c * kFeatures + f)] += delta * x[f];
+      g[static_cast<std::size_t>(kClasses * kFeatures + c)] += delta;
+    }
+  }
+}
+
+double accuracy(const std::vector<float>& w, const Dataset& d) {
+  int right = 0;
+  for (std::size_t s = 0; s < d.size(); ++s) {
+    const float* x = d.x.data() + s * kFeatures;
+    int best = 0;
+    float best_z = -1e30f;
+    for (int c = 0; c < kClasses; ++c) {
+      float z = w[static_cast<std::size_t>(kClasses * kFeatures + c)];
+      for (int f = 0; f < kFeatures; ++f) z += w[static_cast<std::size_t>(c * kFeatures + f)] * x[f];
+      if (z > best_z) best_z = z, best = c;
+    }
+    right += best == d.y[s] ? 1 : 0;
+  }
+  return static_cast<double>(right) / static_cast<double>(d.size());
+}
+
+// Local SGD over samples [first, last) of `d`, batch by batch; `sync`
+// (allreduce + optimizer step + engine) is called once per batch.
+template <class Step>
+void train_epochs(const Dataset& d, std::size_t first, std::size_t last, std::vector<float>& w, Step step) {
+  std::vector<float> g(kParams);
+  for (int e = 0; e < kEpochs; ++e)
+    for (std::size_t s = first; s + kBatch <= last; s += kBatch) {
+      gradient(w, d, s, kBatch, g);
+      step(w, g);
+    }
+}
+
+class ConvergenceTest : public FabricTest {
+ protected:
+  // Trains 4 workers in 2 groups; returns the accuracy of the global weights.
+  double train_hybrid(smb::UpdateMode mode, const Dataset& train, const Dataset& test) {
+    constexpr int kGroups = 2, kGroupSize = 2, kWorkers = kGroups * kGroupSize;
+    std::vector<std::thread> workers;
+    std::vector<std::string> errors(kWorkers);
+    std::vector<float> final_weights(kParams);
+    const std::string name = std::string("engine-") + std::to_string(static_cast<int>(mode));
+    for (int rank = 0; rank < kWorkers; ++rank)
+      workers.emplace_back([&, rank] {
+        try {
+          auto client = make_client();
+          smb::EngineConfig config;
+          config.name = name;
+          config.parameters = kParams;
+          config.groups = kGroups;
+          config.group = static_cast<std::uint32_t>(rank / kGroupSize);
+          config.group_size = kGroupSize;
+          config.group_rank = static_cast<std::uint32_t>(rank % kGroupSize);
+          config.mode = mode;
+          config.alpha = 0.5;
+          config.timeout = std::chrono::seconds(60);
+          smb::UpdateEngine engine(client, config);
+          std::vector<float> w(kParams, 0.0f);
+          if (rank == 0) std::fill(w.begin(), w.end(), 0.01f);  // the first worker's start is everyone's
+          engine.initialize(w);
+          const std::size_t shard = train.size() / kWorkers;
+          train_epochs(train, shard * static_cast<std::size_t>(rank), shard * static_cast<std::size_t>(rank + 1), w,
+                       [&](std::vector<float>& weights, std::vector<float>& g) {
+                         engine.allreduce(g);
+                         for (std::size_t i = 0; i < kParams; ++i) weights[i] -= kLearningRate * kWorkers / 2 * g[i];
+                         engine.after_step(weights);
+                       });
+          if (rank == 0) engine.global_weights(final_weights);
+          client.barrier(name + "/done", kWorkers, std::chrono::seconds(60));
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(rank)] = e.what();
+        }
+      });
+    for (auto& t : workers) t.join();
+    for (const auto& e : errors) EXPECT_EQ(e, "");
+    return accuracy(final_weights, test);
+  }
+};
+
+TEST_P(ConvergenceTest, FourWorkersInTwoGroupsReachTheAccuracyOfOne) {
+  Dataset train, test;
+  make_data(train, test);
+  std::vector<float> alone(kParams, 0.01f);
+  train_epochs(train, 0, train.size(), alone, [](std::vector<float>& w, std::vector<float>& g) {
+    for (std::size_t i = 0; i < kParams; ++i) w[i] -= kLearningRate * g[i];
+  });
+  const double baseline = accuracy(alone, test);
+  ASSERT_GT(baseline, 0.5) << "the reference training itself does not learn";
+  constexpr double kTolerance = 0.05;  // accuracy points the distributed runs may lose
+  for (auto mode : {smb::UpdateMode::seasgd, smb::UpdateMode::downpour, smb::UpdateMode::synchronous}) {
+    const double got = train_hybrid(mode, train, test);
+    EXPECT_GE(got, baseline - kTolerance) << "mode " << static_cast<int>(mode) << ": " << got << " vs one worker's "
+                                          << baseline;
+    std::printf("[ accuracy ] mode %d: %.3f (one worker: %.3f)\n", static_cast<int>(mode), got, baseline);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabrics, ConvergenceTest, testing::ValuesIn(multi_server_fabrics()), fabric_name);
+
+}  // namespace
