@@ -38,7 +38,7 @@ void make_data(Dataset& train, Dataset& test) {
   auto sample = [&](Dataset& d, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
       const int c = static_cast<int>(i % kClasses);
-      for (int f = 0; f < kFeatures; ++f) d.x.push_back(means[static_cast<std::size_t>(c * kFeatures + f)] + 1.2f * unit(rng));
+      for (int f = 0; f < kFeatures; ++f) d.x.push_back(means[static_cast<std::size_t>(c * kFeatures + f)] + 3.0f * unit(rng));
       d.y.push_back(c);
     }
   };
