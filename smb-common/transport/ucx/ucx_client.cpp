@@ -307,6 +307,7 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
     }
   }
   use_am_ = protocol == DataProtocol::am || (protocol == DataProtocol::automatic && !lanes.native_rma());
+  shared_memory_rma_ = !use_am_ && lanes.native_rma();
   am_atomics_ = use_am_ || !lanes.native_amo();
   lanes_ = lanes.summary();
   spdlog::debug("libsmb: server {} via {}", peer_, describe());
@@ -422,9 +423,12 @@ void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, 
                                             ucs_status_string(UCS_PTR_STATUS(request)));
     return;
   }
+  // Over shared memory a put that completed at once has stored the bytes in
+  // the server's memory already (a copy into its mapping, or CMA): done.
+  if (request == nullptr && shared_memory_rma_) return completion->finish();
   if (request != nullptr) ucp_request_free(request);
-  // A put completes locally; the flush completes once the bytes are in the
-  // server's memory, which is what "visible after write" promises.
+  // Elsewhere a put completes locally; the flush completes once the bytes are
+  // in the server's memory, which is what "visible after write" promises.
   auto ctx = std::make_unique<OpContext>(OpContext{completion, 0, "server " + peer_ + ": write"});
   ucp_request_param_t p = callback_param(ctx.get());
   track(ucp_ep_flush_nbx(ep_, &p), std::move(ctx));

@@ -114,6 +114,7 @@ class UcxChannel final : public Channel {
   bool use_am_ = false;                 // data through the server ("am") rather than RMA
   bool am_atomics_ = false;             // atomics through the server (no native atomic lane)
   bool peer_failure_detected_ = true;   // UCX reports the server's death on this endpoint
+  bool shared_memory_rma_ = false;      // RMA over shared-memory lanes: a put done at once is visible
   std::string lanes_;
   bool failed_ = false;
   std::string failure_;
