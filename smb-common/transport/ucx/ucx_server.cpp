@@ -182,18 +182,28 @@ ucs_status_t UcxServerTransport::on_write(void* arg, const void* header, std::si
   return UCS_OK;
 }
 
+// The start of a request that carries no payload (read, atomic): drops any
+// payload, and copies out a header of exactly the expected size, else
+// answers "protocol" (when it can answer at all) and returns false.
+template <class Header>
+bool UcxServerTransport::take_header(const void* header, std::size_t header_length, void* data,
+                                     const ucp_am_recv_param_t* param, Header& out) {
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(worker_.get(), data);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return false;
+  if (header_length != sizeof out) {
+    send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
+    return false;
+  }
+  std::memcpy(&out, header, sizeof out);
+  return true;
+}
+
 ucs_status_t UcxServerTransport::on_read(void* arg, const void* header, std::size_t header_length,
                                          void* data, std::size_t /*length*/,
                                          const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxServerTransport*>(arg);
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(self->worker_.get(), data);
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
   AmRequestHeader h{};
-  if (header_length != sizeof h) {
-    send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
-    return UCS_OK;
-  }
-  std::memcpy(&h, header, sizeof h);
+  if (!self->take_header(header, header_length, data, param, h)) return UCS_OK;
   SegmentAccess access;
   Errc check = check_request(self->resolver_, h, access);
   if (check != Errc::ok) {
@@ -205,10 +215,6 @@ ucs_status_t UcxServerTransport::on_read(void* arg, const void* header, std::siz
   return UCS_OK;
 }
 
-}  // namespace smb::transport::ucx
-
-namespace smb::transport::ucx {
-
 // Atomics for clients whose path has no atomic lane (TCP). The server CPU's
 // atomic instructions are coherent with UCX's shared-memory atomics, which
 // also run on the CPU; NIC atomics (verbs) are not, so one buffer should not
@@ -217,14 +223,8 @@ ucs_status_t UcxServerTransport::on_atomic(void* arg, const void* header, std::s
                                            void* data, std::size_t /*length*/,
                                            const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxServerTransport*>(arg);
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(self->worker_.get(), data);
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
   AmAtomicHeader h{};
-  if (header_length != sizeof h) {
-    send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
-    return UCS_OK;
-  }
-  std::memcpy(&h, header, sizeof h);
+  if (!self->take_header(header, header_length, data, param, h)) return UCS_OK;
   SegmentAccess access;
   Errc check = check_request(self->resolver_, AmRequestHeader{h.token, h.segment_id, h.offset, 8}, access);
   if (check == Errc::ok && h.offset % sizeof(std::uint64_t) != 0) check = Errc::invalid_argument;

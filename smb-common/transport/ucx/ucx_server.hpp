@@ -38,6 +38,9 @@ class UcxServerTransport final : public ServerTransport {
                               std::size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t on_atomic(void* arg, const void* header, std::size_t header_length, void* data,
                                 std::size_t length, const ucp_am_recv_param_t* param);
+  template <class Header>
+  bool take_header(const void* header, std::size_t header_length, void* data, const ucp_am_recv_param_t* param,
+                   Header& out);
   void progress_loop(const std::stop_token& stop);
   void set_handler(unsigned id, ucp_am_recv_callback_t callback);
 
