@@ -16,6 +16,9 @@ struct smb_buffer {
 struct smb_request {
   smb::Request request;
 };
+struct smb_lock {
+  smb::Lock lock;
+};
 
 namespace {
 thread_local std::string last_error;
@@ -37,6 +40,16 @@ int guarded(F&& f) {
 
 std::span<const std::byte> in(const void* p, size_t n) { return {static_cast<const std::byte*>(p), n}; }
 std::span<std::byte> out(void* p, size_t n) { return {static_cast<std::byte*>(p), n}; }
+
+// Checked conversions of the C API's plain ints to the C++ enums.
+smb::VectorOp vector_op(int op) {
+  if (op < 1 || op > 4) throw smb::Error(smb::Errc::invalid_argument, "unknown vector op " + std::to_string(op));
+  return static_cast<smb::VectorOp>(op);
+}
+smb::DType dtype(int type) {
+  if (type < 1 || type > 4) throw smb::Error(smb::Errc::invalid_argument, "unknown dtype " + std::to_string(type));
+  return static_cast<smb::DType>(type);
+}
 }  // namespace
 
 extern "C" {
@@ -96,6 +109,41 @@ int smb_fetch_add(smb_buffer* b, uint64_t offset, uint64_t value, uint64_t* old_
 }
 int smb_compare_swap(smb_buffer* b, uint64_t offset, uint64_t expected, uint64_t desired, uint64_t* old_value) {
   return guarded([&] { *old_value = b->buffer.compare_swap(offset, expected, desired); });
+}
+int smb_apply(smb_buffer* b, int op, int type, uint64_t offset, uint64_t count, double alpha, const void* x) {
+  return guarded([&] {
+    const auto o = vector_op(op);
+    const auto t = dtype(type);
+    const size_t bytes = x == nullptr ? 0 : static_cast<size_t>(count * smb::element_size(t));
+    b->buffer.apply(o, t, offset, count, alpha, in(x, bytes));
+  });
+}
+int smb_apply_from(smb_buffer* b, int op, int type, uint64_t offset, uint64_t count, double alpha,
+                   const smb_buffer* source, uint64_t source_offset) {
+  return guarded([&] { b->buffer.apply_from(vector_op(op), dtype(type), offset, count, alpha, source->buffer, source_offset); });
+}
+int smb_buffer_version(smb_buffer* b, uint64_t* version) {
+  return guarded([&] { *version = b->buffer.version(); });
+}
+int smb_wait_version(smb_buffer* b, uint64_t version, uint32_t timeout_ms, uint64_t* reached) {
+  return guarded([&] { *reached = b->buffer.wait_version(version, std::chrono::milliseconds(timeout_ms)); });
+}
+int smb_lock_acquire(smb_client* client, const char* name, uint32_t lease_ms, uint32_t timeout_ms, smb_lock** result) {
+  return guarded([&] {
+    smb::LockOptions options;
+    if (lease_ms != 0) options.lease = std::chrono::milliseconds(lease_ms);
+    if (timeout_ms != 0) options.timeout = std::chrono::milliseconds(timeout_ms);
+    *result = std::make_unique<smb_lock>(smb_lock{client->client.lock(name, options)}).release();
+  });
+}
+int smb_lock_release(smb_lock* lock) {
+  std::unique_ptr<smb_lock> owned(lock);
+  return guarded([&] { owned->lock.unlock(); });
+}
+int smb_barrier(smb_client* client, const char* name, uint32_t parties, uint32_t timeout_ms) {
+  return guarded([&] {
+    client->client.barrier(name, parties, std::chrono::milliseconds(timeout_ms == 0 ? 120000 : timeout_ms));
+  });
 }
 const char* smb_last_error(void) { return last_error.c_str(); }
 

@@ -41,6 +41,23 @@ int smb_fetch_add(smb_buffer* buffer, uint64_t offset, uint64_t value, uint64_t*
 int smb_compare_swap(smb_buffer* buffer, uint64_t offset, uint64_t expected, uint64_t desired,
                      uint64_t* old_value);
 
+/* Server-side vector ops (smb/vector_ops.hpp): op 1 accumulate, 2 axpy,
+ * 3 scale, 4 copy; dtype 1 f32, 2 f64, 3 f16, 4 bf16. x holds count elements
+ * (NULL for scale). smb_apply_from takes x from another buffer striped alike. */
+int smb_apply(smb_buffer* buffer, int op, int dtype, uint64_t offset, uint64_t count, double alpha,
+              const void* x);
+int smb_apply_from(smb_buffer* buffer, int op, int dtype, uint64_t offset, uint64_t count, double alpha,
+                   const smb_buffer* source, uint64_t source_offset);
+int smb_buffer_version(smb_buffer* buffer, uint64_t* version);
+int smb_wait_version(smb_buffer* buffer, uint64_t version, uint32_t timeout_ms, uint64_t* reached);
+
+/* Coordination: a lease-held lock on a whole name, and a barrier. */
+typedef struct smb_lock smb_lock;
+int smb_lock_acquire(smb_client* client, const char* name, uint32_t lease_ms, uint32_t timeout_ms,
+                     smb_lock** out);
+int smb_lock_release(smb_lock* lock); /* also frees it */
+int smb_barrier(smb_client* client, const char* name, uint32_t parties, uint32_t timeout_ms);
+
 const char* smb_last_error(void);
 
 #ifdef __cplusplus
