@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--capacity", options.capacity, "Memory to lend, e.g. 128M, 4G")->required();
   app.add_option("--transport", options.transport, "Data transport")
-      ->check(CLI::IsMember({"ucx"}))
+      ->check(CLI::IsMember({"ucx", "verbs"}))
       ->capture_default_str();
   app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))

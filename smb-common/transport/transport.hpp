@@ -1,5 +1,5 @@
 #pragma once
-// The transport abstractions. Each transport (UCX today, native verbs next)
+// The transport abstractions. Each transport (UCX in ucx/, native rdma-core verbs in verbs/)
 // implements the same four pieces, so the server and the client never see
 // which one they run on:
 //

@@ -16,6 +16,12 @@
 #   smb-verbs-rma  the same with libsmb's automatic data protocol, which over
 #                verbs is "am" for now: UCX 1.13's put/get over rc_verbs stall
 #                against smbd here (docs/softroce.md)
+#   smb-native-verbs  the same write/read/fetch-add over libsmb's own verbs
+#                transport (smbd --transport verbs, SMB_TRANSPORT=verbs):
+#                rdma_cm, RC QPs, one-sided RDMA READ/WRITE and atomics; off
+#                with --no-native-verbs, skipped if smbd lacks SMB_WITH_VERBS
+#   two-host-native  (VM only, not with --no-native-verbs) two-host's servers and
+#                client over the native verbs transport
 #   two-host     (VM only, it rewires the guest's network) two rxe devices on
 #                the two ends of a veth pair, client and servers on different
 #                devices: ibv_rc_pingpong across, then 2 smbd on one device
@@ -36,6 +42,7 @@
 #   --device DEV              RDMA device ($SMB_RDMA_DEVICE; default: the first one)
 #   --address IP              IPv4 address of DEV's netdev for smbd (default: looked up)
 #   --two-host / --no-two-host  force the two-host case on or off (default: on in the VM only)
+#   --no-native-verbs         skip the native verbs cases ($SMB_SOFTROCE_NATIVE_VERBS=0)
 #   --only REGEX              run only the cases whose name matches
 #   --strict                  known failures fail the suite too
 # Exit status: 0 if every case that ran passed, 1 otherwise.
@@ -53,6 +60,7 @@ DEV=${SMB_RDMA_DEVICE:-}
 ADDR=""
 TWO_HOST=$([[ ${SMB_SOFTROCE_VM:-} == 1 ]] && echo 1 || echo 0)
 ONLY=""
+NATIVE_VERBS=${SMB_SOFTROCE_NATIVE_VERBS:-1}
 STRICT=${SMB_SOFTROCE_STRICT:-0}
 # Cases that fail for a known reason not yet fixed (see docs/softroce.md); none now.
 KNOWN_FAILURES=${SMB_SOFTROCE_KNOWN_FAILURES-}
@@ -69,6 +77,8 @@ while (($# > 0)); do
     --two-host) TWO_HOST=1 ;;
     --no-two-host) TWO_HOST=0 ;;
     --only) ONLY=$2; shift ;;
+    --native-verbs) NATIVE_VERBS=1 ;;
+    --no-native-verbs) NATIVE_VERBS=0 ;;
     --strict) STRICT=1 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "suite: unknown option $1 (try --help)" >&2; exit 2 ;;
@@ -84,6 +94,7 @@ else
   LOGS=$(mktemp -d "${TMPDIR:-/tmp}/smb-softroce-suite.XXXXXX")
 fi
 
+SMBD_ARGS=()  # extra smbd arguments for the next start_smbd
 PIDS=()  # background processes this suite started (killed by PID at the end)
 # SIGTERM, then SIGKILL after 10 s: a daemon that hangs on shutdown must not
 # hang the suite (it is reported).
@@ -193,7 +204,7 @@ wait_for_line() {
 start_smbd() {
   local name=$1 listen=$2 log=$LOGS/$1.log pid
   shift 2
-  env "$@" "$SMBD" --listen "$listen" --capacity 64M --log-level info >"$log" 2>&1 &
+  env "$@" "$SMBD" --listen "$listen" --capacity 64M --log-level info "${SMBD_ARGS[@]}" >"$log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
   if ! SMBD_ADDRESS=$(wait_for_line "$log" 60 'smbd ready on [^ ]+' | awk '{ print $4 }') || [[ -z $SMBD_ADDRESS ]]; then
@@ -202,6 +213,20 @@ start_smbd() {
     return 1
   fi
   say "smbd $name (pid $pid) ready on $SMBD_ADDRESS ($*)"
+}
+
+# start_verbs_smbd NAME LISTEN [ENV...]: start_smbd with --transport verbs;
+# status 77 (skip) if this smbd was built without it (SMB_WITH_VERBS=OFF).
+start_verbs_smbd() {
+  local rc=0
+  SMBD_ARGS=(--transport verbs)
+  start_smbd "$@" || rc=1
+  SMBD_ARGS=()
+  if ((rc)) && grep -q "this build supports 'ucx'" "$LOGS/$1.log"; then
+    say "smbd built without the verbs transport: skipped"
+    return 77
+  fi
+  return $rc
 }
 
 # bench LABEL EXPECT [ENV...] -- SMB-BENCH-ARGS...: runs smb-bench -v, shows
@@ -305,6 +330,20 @@ smb_over_verbs() {
   return $rc
 }
 
+# libsmb's native verbs transport: no UCX on the data path at all.
+case_smb_native_verbs() {
+  local tag=nv rc=0 expect='verbs rdma via '"$DEV"
+  local -a env=(SMB_TRANSPORT=verbs SMB_RDMA_DEVICE="$DEV")
+  start_verbs_smbd "smbd-$tag" "$ADDR:0" "${env[@]}" || return
+  local pid=${PIDS[-1]} server=$SMBD_ADDRESS
+  bench "$tag-write" "$expect" "${env[@]}" -- --servers "$server" --op write --size 8M --block 1M --verify --keep --name "$tag" &&
+    bench "$tag-read" "$expect" "${env[@]}" -- --servers "$server" --op read --size 8M --block 1M --verify --name "$tag" &&
+    bench "$tag-fetch-add" "$expect" "${env[@]}" -- --servers "$server" --op fetch-add --size 4K --iters 100 --threads 2 --verify ||
+    rc=1
+  stop_pids "$pid"
+  return $rc
+}
+
 case_smb_verbs() { smb_over_verbs am vm; }
 case_smb_verbs_rma() { smb_over_verbs auto vm-rma; }
 
@@ -361,6 +400,22 @@ case_two_host() {
   return $rc
 }
 
+# The native verbs transport across two devices: servers on rxe_a, the
+# client's rdma_cm picks rxe_b (its route to 10.0.3.1), so no QP is loopback.
+case_two_host_native() {
+  setup_two_host || return 1
+  start_verbs_smbd smbd-na1 10.0.3.1:0 SMB_RDMA_DEVICE=rxe_a || return
+  local s1=$SMBD_ADDRESS
+  start_verbs_smbd smbd-na2 10.0.3.1:0 SMB_RDMA_DEVICE=rxe_a || return
+  local servers=$s1,$SMBD_ADDRESS rc=0 expect='verbs rdma via rxe_b'
+  bench 2hn-write "$expect" SMB_TRANSPORT=verbs -- --servers "$servers" --op write --size 8M --block 1M --stripe-unit 1M --verify --keep --name vm2n &&
+    bench 2hn-read "$expect" SMB_TRANSPORT=verbs -- --servers "$servers" --op read --size 8M --block 1M --verify --name vm2n &&
+    bench 2hn-fetch-add "$expect" SMB_TRANSPORT=verbs -- --servers "$servers" --op fetch-add --size 4K --iters 100 --threads 2 --verify ||
+    rc=1
+  cleanup
+  return $rc
+}
+
 case_integration() {
   [[ -x $INTEGRATION ]] || { fail "no integration test binary at $INTEGRATION"; return 1; }
   # The shm fabric leaves UCX_TLS unset; restricting UCX to the RDMA device
@@ -390,7 +445,9 @@ if ((${#FAILED[@]} == 0)); then
   run_case ucx-info case_ucx_info
   run_case smb-verbs case_smb_verbs
   run_case smb-verbs-rma case_smb_verbs_rma
+  ((NATIVE_VERBS)) && run_case smb-native-verbs case_smb_native_verbs
   ((TWO_HOST)) && run_case two-host case_two_host
+  ((TWO_HOST && NATIVE_VERBS)) && run_case two-host-native case_two_host_native
   [[ -n $INTEGRATION ]] && run_case integration case_integration
 fi
 cleanup

@@ -1,0 +1,360 @@
+#include "transport/verbs/verbs_client.hpp"
+
+#include <netdb.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace smb::transport::verbs {
+namespace {
+
+// Send-queue depth (= staging slots) and slot size: 64 x 128 KiB = 8 MiB of
+// registered memory per server, enough to keep soft-RoCE and real NICs busy.
+constexpr std::uint32_t kDepth = 64;
+constexpr std::size_t kSlot = 128 * 1024;
+constexpr auto kCmTimeout = std::chrono::milliseconds(5000);
+
+// The server's host from "host:port" (the control-plane peer).
+std::string host_of(const std::string& peer) {
+  const auto colon = peer.rfind(':');
+  std::string host = colon == std::string::npos ? peer : peer.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+// Waits for `expected` on a connecting id; anything else is a set-up failure
+// whose message says what to check.
+void expect_event(rdma_event_channel* channel, rdma_cm_event_type expected, const std::string& peer) {
+  EventPtr event = next_event(channel, kCmTimeout);
+  const std::string where = "server " + peer + ": ";
+  if (!event)
+    throw Error(Errc::unreachable, where + "rdma_cm timed out waiting for " + rdma_event_str(expected) +
+                                       " (is the server reachable over an RDMA-capable interface?)");
+  const auto type = event->event;
+  if (type == expected) return;
+  switch (type) {
+    case RDMA_CM_EVENT_ADDR_ERROR:
+      throw Error(Errc::unreachable, where + "rdma_cm cannot resolve the address: no RDMA device is "
+                                             "bound to an interface that reaches it (see 'rdma link'; "
+                                             "soft-RoCE: 'rdma link add rxe0 type rxe netdev IFACE')");
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+      throw Error(Errc::unreachable, where + "rdma_cm found no route: check the interface's IP "
+                                             "configuration and that the port is up");
+    case RDMA_CM_EVENT_REJECTED:
+      throw Error(Errc::unreachable, where + "the RDMA connection was rejected (status " +
+                                             std::to_string(event->status) +
+                                             "): is smbd running with --transport verbs, on the "
+                                             "device it was reached through?");
+    default:
+      throw Error(Errc::unreachable, where + "RDMA connection set-up failed: " + rdma_event_str(type) +
+                                             " (status " + std::to_string(event->status) + ")");
+  }
+}
+
+Errc errc_of(ibv_wc_status status) {
+  // The QP gave up on the peer (retries exhausted) or was torn down under us.
+  return status == IBV_WC_RETRY_EXC_ERR || status == IBV_WC_RNR_RETRY_EXC_ERR ||
+                 status == IBV_WC_WR_FLUSH_ERR || status == IBV_WC_RESP_TIMEOUT_ERR
+             ? Errc::server_gone
+             : Errc::transport;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- transport
+
+VerbsClientTransport::VerbsClientTransport() = default;
+VerbsClientTransport::~VerbsClientTransport() = default;
+
+std::unique_ptr<Channel> VerbsClientTransport::connect(const Bytes& server_address, const std::string& peer,
+                                                       DataProtocol protocol) {
+  if (protocol == DataProtocol::am)
+    spdlog::warn("libsmb: the verbs transport is one-sided only; ignoring data protocol 'am'");
+  return std::make_unique<VerbsChannel>(*this, decode_address(server_address, peer), peer);
+}
+
+void VerbsClientTransport::progress() {
+  int done = 0;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto* c : channels_) {
+      c->poll_cm_events();
+      done += c->poll_completions();
+      c->pump();
+    }
+  }
+  if (done == 0) std::this_thread::yield();
+}
+
+void VerbsClientTransport::abandon(const Completion& completion) {
+  std::lock_guard lock(mutex_);
+  for (auto* c : channels_) c->drop(completion);
+}
+
+// ---------------------------------------------------------------- channel
+
+VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, std::string peer)
+    : transport_(transport), peer_(std::move(peer)) {
+  const std::string where = "server " + peer_;
+  events_ = make_event_channel("libsmb");
+  id_ = make_id(events_.get(), this, "libsmb");
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string host = host_of(peer_);
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0)
+    throw Error(Errc::unreachable, where + ": cannot resolve '" + host + "': " + gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> info(found, &::freeaddrinfo);
+  if (rdma_resolve_addr(id_.get(), nullptr, info->ai_addr, static_cast<int>(kCmTimeout.count())) != 0)
+    throw_errno(where + ": rdma_resolve_addr", errno);
+  expect_event(events_.get(), RDMA_CM_EVENT_ADDR_RESOLVED, peer_);
+  check_port(id_->verbs, id_->port_num, "libsmb");
+  if (rdma_resolve_route(id_.get(), static_cast<int>(kCmTimeout.count())) != 0) {
+    // ENODEV here: the route leaves through an interface without an RDMA
+    // device, typically loopback (smbd listening on 127.0.0.1).
+    if (errno == ENODEV)
+      throw Error(Errc::unreachable, where + ": no RDMA device on the route to " + host +
+                                         ": start smbd with --listen on the address of an "
+                                         "RDMA-capable interface (not 127.0.0.1; see 'rdma link')");
+    throw_errno(where + ": rdma_resolve_route", errno);
+  }
+  expect_event(events_.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, peer_);
+
+  ibv_context* context = id_->verbs;
+  device_ = device_name(context);
+  pd_ = make_pd(context, "libsmb");
+  cq_ = make_cq(context, static_cast<int>(kDepth) + 1, "libsmb");
+  staging_.resize(kDepth * kSlot);
+  staging_mr_ = register_mr(pd_.get(), staging_.data(), staging_.size(), IBV_ACCESS_LOCAL_WRITE, "libsmb");
+  create_qp(id_.get(), pd_.get(), cq_.get(), kDepth, "libsmb");
+  in_flight_.resize(kDepth);
+  for (std::uint32_t i = kDepth; i > 0; --i) free_slots_.push_back(i - 1);
+
+  ibv_device_attr attr{};
+  if (ibv_query_device(context, &attr) != 0) throw_errno(where + ": ibv_query_device on " + device_, errno);
+  rdma_conn_param param{};
+  // Outstanding READs/atomics this QP may have at the server at once.
+  param.initiator_depth = static_cast<std::uint8_t>(std::min(attr.max_qp_init_rd_atom, 16));
+  param.responder_resources = 0;
+  // Retries before a silent server fails ops with server_gone (~7 x 67 ms on timeout 14).
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  if (rdma_connect(id_.get(), &param) != 0) throw_errno(where + ": rdma_connect", errno);
+  expect_event(events_.get(), RDMA_CM_EVENT_ESTABLISHED, peer_);
+
+  std::lock_guard lock(transport_.mutex_);
+  transport_.channels_.push_back(this);
+  spdlog::debug("libsmb: server {} via {}", peer_, describe());
+}
+
+VerbsChannel::~VerbsChannel() {
+  std::lock_guard lock(transport_.mutex_);
+  std::erase(transport_.channels_, this);
+  if (!failed_) {  // our own close: fail what is left without a "gone" warning
+    failed_ = true;
+    failure_ = "server " + peer_ + ": connection closed";
+  }
+  fail(Errc::server_gone, failure_);
+  if (id_) rdma_disconnect(id_.get());
+}
+
+std::string VerbsChannel::describe() const {
+  return "verbs rdma via " + device_ + " (rc, one-sided read/write/atomics)";
+}
+
+void VerbsChannel::peer_lost(const std::string& reason) {
+  std::lock_guard lock(transport_.mutex_);
+  fail(Errc::server_gone, "server " + peer_ + " is gone: " + reason);
+}
+
+std::optional<std::string> VerbsChannel::failure() const {
+  std::lock_guard lock(transport_.mutex_);
+  if (!failed_) return std::nullopt;
+  return failure_;
+}
+
+// Fails everything queued or in flight. An RC QP that saw an error stays in
+// the error state, so the channel is done for good.
+void VerbsChannel::fail(Errc code, const std::string& message) {
+  if (!failed_) {
+    failed_ = true;
+    failure_ = message;
+    if (code == Errc::server_gone) spdlog::warn("libsmb: {}", message);
+  }
+  for (auto& p : backlog_) p.completion->finish(code, failure_);
+  backlog_.clear();
+  // Slots stay taken: the NIC may still flush into them, and nothing is posted again.
+  for (auto& slot : in_flight_)
+    if (slot && slot->completion) std::exchange(slot->completion, nullptr)->finish(code, failure_);
+}
+
+void VerbsChannel::drop(const Completion& completion) {
+  std::erase_if(backlog_, [&](const Piece& p) { return p.completion.get() == &completion; });
+  // In flight: keep the slot until the NIC is done, but forget the caller.
+  for (auto& slot : in_flight_)
+    if (slot && slot->completion.get() == &completion) slot->completion = nullptr;
+}
+
+bool VerbsChannel::usable(const CompletionPtr& completion, const char* op) {
+  if (!failed_) return true;
+  completion->finish(Errc::server_gone, failure_ + " (during " + op + ")");
+  return false;
+}
+
+void VerbsChannel::poll_cm_events() {
+  for (;;) {
+    rdma_cm_event* event = nullptr;
+    if (rdma_get_cm_event(events_.get(), &event) != 0) return;
+    const auto type = event->event;
+    rdma_ack_cm_event(event);
+    if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL)
+      fail(Errc::server_gone, "server " + peer_ + " is gone: rdma_cm reported " + rdma_event_str(type));
+  }
+}
+
+int VerbsChannel::poll_completions() {
+  ibv_wc wc[16];
+  const int n = ibv_poll_cq(cq_.get(), 16, wc);
+  for (int i = 0; i < n; ++i) {
+    const auto slot = static_cast<std::uint32_t>(wc[i].wr_id);
+    if (slot >= kDepth || !in_flight_[slot]) continue;
+    Piece piece = std::move(*in_flight_[slot]);
+    in_flight_[slot].reset();
+    if (wc[i].status != IBV_WC_SUCCESS) {
+      const Errc code = errc_of(wc[i].status);
+      const std::string message = "server " + peer_ + (code == Errc::server_gone ? " is gone" : "") +
+                                  ": RDMA op failed: " + ibv_wc_status_str(wc[i].status);
+      if (piece.completion) piece.completion->finish(code, message);
+      fail(code, message);
+      continue;
+    }
+    free_slots_.push_back(slot);
+    if (!piece.completion) continue;  // abandoned: the caller's memory is not ours any more
+    const std::byte* staged = staging_.data() + std::size_t{slot} * kSlot;
+    if (piece.opcode == IBV_WR_RDMA_READ)
+      std::memcpy(piece.dst, staged, piece.length);
+    else if (piece.opcode != IBV_WR_RDMA_WRITE)
+      std::memcpy(piece.dst, staged, sizeof(std::uint64_t));
+    piece.completion->finish();
+  }
+  return std::max(n, 0);
+}
+
+// Posts backlog pieces while slots (send-queue entries) are free. Every WR is
+// signalled: its completion frees its slot, and for RC a signalled WRITE's
+// completion means the data is placed at the server, i.e. visible.
+void VerbsChannel::pump() {
+  while (!failed_ && !backlog_.empty() && !free_slots_.empty()) {
+    Piece& piece = backlog_.front();
+    const std::uint32_t slot = free_slots_.back();
+    std::byte* staged = staging_.data() + std::size_t{slot} * kSlot;
+    const bool atomic = piece.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || piece.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    if (piece.opcode == IBV_WR_RDMA_WRITE) std::memcpy(staged, piece.src, piece.length);
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(staged), atomic ? 8u : piece.length, staging_mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = slot;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = piece.opcode;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    if (atomic) {
+      wr.wr.atomic.remote_addr = piece.remote;
+      wr.wr.atomic.rkey = piece.rkey;
+      wr.wr.atomic.compare_add = piece.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? piece.compare : piece.operand;
+      wr.wr.atomic.swap = piece.operand;
+    } else {
+      wr.wr.rdma.remote_addr = piece.remote;
+      wr.wr.rdma.rkey = piece.rkey;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (int rc = ibv_post_send(id_->qp, &wr, &bad); rc != 0) {
+      fail(Errc::transport, "server " + peer_ + ": ibv_post_send: " + std::strerror(rc));
+      return;
+    }
+    free_slots_.pop_back();
+    in_flight_[slot] = std::move(piece);
+    backlog_.pop_front();
+  }
+}
+
+void VerbsChannel::enqueue(Piece piece) {
+  backlog_.push_back(std::move(piece));
+  pump();
+}
+
+// Cuts an op into slot-sized pieces; each finishes the completion once.
+void VerbsChannel::split(Piece piece, std::size_t length) {
+  const std::size_t pieces = std::max<std::size_t>(1, (length + kSlot - 1) / kSlot);
+  if (pieces > 1) piece.completion->expect(static_cast<int>(pieces - 1));
+  for (std::size_t done = 0, i = 0; i < pieces; ++i, done += kSlot) {
+    Piece p = piece;
+    p.remote += done;
+    if (p.src != nullptr) p.src += done;
+    if (p.dst != nullptr) p.dst += done;
+    p.length = static_cast<std::uint32_t>(std::min(kSlot, length - std::min(length, done)));
+    backlog_.push_back(std::move(p));
+  }
+  pump();
+}
+
+std::unique_ptr<RemoteSegment> VerbsChannel::attach(const SegmentDescriptor& segment) {
+  std::uint32_t rkey = 0;
+  if (segment.remote_key.size() != sizeof rkey)
+    throw Error(Errc::protocol, "server " + peer_ + ": segment " + std::to_string(segment.id) +
+                                    " has no verbs rkey (is smbd running with --transport verbs?)");
+  std::memcpy(&rkey, segment.remote_key.data(), sizeof rkey);
+  std::lock_guard lock(transport_.mutex_);
+  if (failed_) throw Error(Errc::server_gone, failure_);
+  return std::make_unique<VerbsRemoteSegment>(segment, rkey);
+}
+
+void VerbsChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
+                       const CompletionPtr& completion) {
+  auto& remote = static_cast<VerbsRemoteSegment&>(seg);
+  std::lock_guard lock(transport_.mutex_);
+  if (!usable(completion, "write")) return;
+  Piece p{completion, IBV_WR_RDMA_WRITE, remote.descriptor().address + offset, remote.rkey(),
+          static_cast<const std::byte*>(src), nullptr, 0, 0, 0};
+  split(std::move(p), length);
+}
+
+void VerbsChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::size_t length,
+                       const CompletionPtr& completion) {
+  auto& remote = static_cast<VerbsRemoteSegment&>(seg);
+  std::lock_guard lock(transport_.mutex_);
+  if (!usable(completion, "read")) return;
+  Piece p{completion, IBV_WR_RDMA_READ, remote.descriptor().address + offset, remote.rkey(),
+          nullptr, static_cast<std::byte*>(dst), 0, 0, 0};
+  split(std::move(p), length);
+}
+
+void VerbsChannel::fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value,
+                             std::uint64_t* old_value, const CompletionPtr& completion) {
+  auto& remote = static_cast<VerbsRemoteSegment&>(seg);
+  std::lock_guard lock(transport_.mutex_);
+  if (!usable(completion, "fetch-add")) return;
+  // RDMA atomics need an 8-byte aligned remote address.
+  if ((remote.descriptor().address + offset) % 8 != 0)
+    return completion->finish(Errc::invalid_argument, "fetch-add: offset is not 8-byte aligned");
+  enqueue(Piece{completion, IBV_WR_ATOMIC_FETCH_AND_ADD, remote.descriptor().address + offset,
+                remote.rkey(), nullptr, reinterpret_cast<std::byte*>(old_value), 8, value, 0});
+}
+
+void VerbsChannel::compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
+                                std::uint64_t desired, std::uint64_t* old_value,
+                                const CompletionPtr& completion) {
+  auto& remote = static_cast<VerbsRemoteSegment&>(seg);
+  std::lock_guard lock(transport_.mutex_);
+  if (!usable(completion, "compare-swap")) return;
+  if ((remote.descriptor().address + offset) % 8 != 0)
+    return completion->finish(Errc::invalid_argument, "compare-swap: offset is not 8-byte aligned");
+  enqueue(Piece{completion, IBV_WR_ATOMIC_CMP_AND_SWP, remote.descriptor().address + offset,
+                remote.rkey(), nullptr, reinterpret_cast<std::byte*>(old_value), 8, desired, expected});
+}
+
+}  // namespace smb::transport::verbs

@@ -1,0 +1,120 @@
+#pragma once
+// A client's side of the native verbs transport: one rdma_cm connection (RC
+// QP) per server, one-sided RDMA READ/WRITE and atomics on it.
+//
+// Callers hand us arbitrary memory, which the NIC can only touch once
+// registered; rather than register (and pin) every caller buffer, each
+// channel owns a registered staging area cut into slots, one per send-queue
+// entry. A write copies into a slot before posting; a read or atomic lands in
+// a slot and is copied out on completion, so an abandoned op can never write
+// into the caller's memory late. Ops wait in a backlog while every slot (and
+// so every send-queue entry) is busy: the send queue is bounded by design.
+#include "transport/transport.hpp"
+#include "transport/verbs/verbs_handles.hpp"
+
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace smb::transport::verbs {
+
+class VerbsChannel;
+
+class VerbsClientTransport final : public ClientTransport {
+ public:
+  VerbsClientTransport();
+  ~VerbsClientTransport() override;
+
+  std::string name() const override { return "verbs"; }
+  const Bytes& address() const override { return address_; }
+  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
+                                   DataProtocol protocol) override;
+  void progress() override;
+  void abandon(const Completion& completion) override;
+
+ private:
+  friend class VerbsChannel;
+  std::mutex mutex_;  // guards the channel list and every channel's queues
+  std::vector<VerbsChannel*> channels_;
+  Bytes address_;  // clients need no address of their own: they dial out
+};
+
+class VerbsRemoteSegment final : public RemoteSegment {
+ public:
+  VerbsRemoteSegment(SegmentDescriptor descriptor, std::uint32_t rkey)
+      : descriptor_(std::move(descriptor)), rkey_(rkey) {}
+  const SegmentDescriptor& descriptor() const override { return descriptor_; }
+  std::uint32_t rkey() const { return rkey_; }
+
+ private:
+  SegmentDescriptor descriptor_;
+  std::uint32_t rkey_;
+};
+
+class VerbsChannel final : public Channel {
+ public:
+  VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, std::string peer);
+  ~VerbsChannel() override;
+
+  std::string describe() const override;
+  std::unique_ptr<RemoteSegment> attach(const SegmentDescriptor& segment) override;
+  void put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
+           const CompletionPtr& completion) override;
+  void get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::size_t length,
+           const CompletionPtr& completion) override;
+  void fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value,
+                 std::uint64_t* old_value, const CompletionPtr& completion) override;
+  void compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
+                    std::uint64_t desired, std::uint64_t* old_value,
+                    const CompletionPtr& completion) override;
+  void peer_lost(const std::string& reason) override;
+  std::optional<std::string> failure() const override;
+  // An RC QP errors out when the server stops answering, and rdma_cm reports
+  // its disconnect: no need to watch the control connection.
+  bool detects_peer_failure() const override { return true; }
+
+ private:
+  friend class VerbsClientTransport;
+
+  // One work request's worth of an op (ops larger than a slot are split).
+  struct Piece {
+    CompletionPtr completion;
+    ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
+    std::uint64_t remote = 0;
+    std::uint32_t rkey = 0;
+    const std::byte* src = nullptr;  // writes
+    std::byte* dst = nullptr;        // reads: length bytes; atomics: 8 bytes
+    std::uint32_t length = 0;
+    std::uint64_t operand = 0;  // fetch-add: the addend; compare-swap: the new value
+    std::uint64_t compare = 0;
+  };
+
+  // All under transport_.mutex_.
+  void enqueue(Piece piece);
+  void split(Piece piece, std::size_t length);
+  void pump();
+  int poll_completions();
+  void poll_cm_events();
+  void fail(Errc code, const std::string& message);
+  void drop(const Completion& completion);
+  bool usable(const CompletionPtr& completion, const char* op);
+
+  VerbsClientTransport& transport_;
+  std::string peer_;
+  // Destroyed bottom-up: the id (and its QP) before the MR, CQ and PD it uses.
+  EventChannelPtr events_;
+  PdPtr pd_;
+  CqPtr cq_;
+  std::vector<std::byte> staging_;
+  MrPtr staging_mr_;
+  IdPtr id_;
+  std::vector<std::optional<Piece>> in_flight_;  // by slot (= wr_id)
+  std::vector<std::uint32_t> free_slots_;
+  std::deque<Piece> backlog_;
+  std::string device_;
+  bool failed_ = false;
+  std::string failure_;
+};
+
+}  // namespace smb::transport::verbs

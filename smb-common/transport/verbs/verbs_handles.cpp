@@ -1,0 +1,156 @@
+#include "transport/verbs/verbs_handles.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace smb::transport::verbs {
+
+std::vector<std::uint8_t> encode_address(std::uint16_t port) {
+  WireAddress a;
+  a.port = port;
+  std::vector<std::uint8_t> out(sizeof a);
+  std::memcpy(out.data(), &a, sizeof a);
+  return out;
+}
+
+std::uint16_t decode_address(const std::vector<std::uint8_t>& bytes, const std::string& peer) {
+  WireAddress a;
+  if (bytes.size() != sizeof a || std::memcmp(bytes.data(), a.magic, sizeof a.magic) != 0)
+    throw Error(Errc::protocol, "server " + peer +
+                                    ": its transport address is not a verbs one (start smbd with "
+                                    "--transport verbs, or unset SMB_TRANSPORT=verbs)");
+  std::memcpy(&a, bytes.data(), sizeof a);
+  return a.port;
+}
+
+void throw_errno(const std::string& what, int error) {
+  std::string hint;
+  if (error == ENODEV || error == ENOENT)
+    hint = " (no RDMA device: load a driver, or add soft-RoCE with "
+           "'rdma link add rxe0 type rxe netdev IFACE')";
+  else if (error == ENOMEM || error == EPERM)
+    hint = " (locked-memory limit too low for RDMA: raise 'ulimit -l', e.g. unlimited, or "
+           "LimitMEMLOCK= in the service)";
+  else if (error == EADDRNOTAVAIL)
+    hint = " (no RDMA device is bound to an interface with that address)";
+  throw Error(error == ETIMEDOUT ? Errc::timeout : Errc::transport,
+              what + ": " + std::strerror(error) + hint);
+}
+
+void IdDeleter::operator()(rdma_cm_id* id) const {
+  if (id->qp != nullptr) rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+}
+
+EventChannelPtr make_event_channel(const char* who) {
+  EventChannelPtr channel(rdma_create_event_channel());
+  if (!channel) throw_errno(std::string(who) + ": rdma_create_event_channel", errno);
+  // Non-blocking: the server's loop and the client's progress() poll it.
+  const int flags = ::fcntl(channel->fd, F_GETFL);
+  ::fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK);
+  return channel;
+}
+
+IdPtr make_id(rdma_event_channel* channel, void* context, const char* who) {
+  rdma_cm_id* id = nullptr;
+  if (rdma_create_id(channel, &id, context, RDMA_PS_TCP) != 0)
+    throw_errno(std::string(who) + ": rdma_create_id", errno);
+  return IdPtr(id);
+}
+
+PdPtr make_pd(ibv_context* context, const char* who) {
+  PdPtr pd(ibv_alloc_pd(context));
+  if (!pd) throw_errno(std::string(who) + ": ibv_alloc_pd on " + device_name(context), errno);
+  return pd;
+}
+
+CqPtr make_cq(ibv_context* context, int entries, const char* who) {
+  CqPtr cq(ibv_create_cq(context, entries, nullptr, nullptr, 0));
+  if (!cq) throw_errno(std::string(who) + ": ibv_create_cq on " + device_name(context), errno);
+  return cq;
+}
+
+MrPtr register_mr(ibv_pd* pd, void* base, std::size_t length, int access, const char* who) {
+  MrPtr mr(ibv_reg_mr(pd, base, length, access));
+  if (!mr) {
+    const int error = errno;
+    throw_errno(std::string(who) + ": registering " + std::to_string(length >> 20) +
+                    " MiB with " + device_name(pd->context),
+                error);
+  }
+  return mr;
+}
+
+void create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, std::uint32_t depth, const char* who) {
+  ibv_qp_init_attr attr{};
+  attr.send_cq = cq;
+  attr.recv_cq = cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.sq_sig_all = 0;
+  attr.cap.max_send_wr = depth;
+  attr.cap.max_recv_wr = 1;  // one-sided only: nothing is ever received
+  attr.cap.max_send_sge = 1;
+  attr.cap.max_recv_sge = 1;
+  if (rdma_create_qp(id, pd, &attr) != 0) throw_errno(std::string(who) + ": rdma_create_qp", errno);
+}
+
+std::string device_name(ibv_context* context) {
+  return context != nullptr ? ibv_get_device_name(context->device) : "?";
+}
+
+void check_port(ibv_context* context, std::uint8_t port, const char* who) {
+  ibv_port_attr attr{};
+  if (ibv_query_port(context, port, &attr) != 0)
+    throw_errno(std::string(who) + ": querying port of " + device_name(context), errno);
+  const std::string where = device_name(context) + " port " + std::to_string(port);
+  if (attr.state != IBV_PORT_ACTIVE)
+    throw Error(Errc::transport, std::string(who) + ": " + where + " is " +
+                                     ibv_port_state_str(attr.state) +
+                                     ": bring its network interface up ('ip link set IFACE up') "
+                                     "and check the cable / 'rdma link'");
+  ibv_gid gid{};
+  const bool none = ibv_query_gid(context, port, 0, &gid) != 0 ||
+                    std::all_of(std::begin(gid.raw), std::end(gid.raw), [](auto b) { return b == 0; });
+  if (none)
+    throw Error(Errc::transport, std::string(who) + ": " + where +
+                                     " has no GID: give its network interface an IP address "
+                                     "(RoCE derives GIDs from them)");
+}
+
+ibv_context* pick_device(const char* who) {
+  int count = 0;
+  std::unique_ptr<ibv_context*, DevicesDeleter> list(rdma_get_devices(&count));
+  if (!list || count == 0)
+    throw Error(Errc::transport,
+                std::string(who) + ": no RDMA device: load a driver, or add soft-RoCE with "
+                                   "'rdma link add rxe0 type rxe netdev IFACE' (docs/softroce.md)");
+  const char* wanted = std::getenv("SMB_RDMA_DEVICE");
+  for (int i = 0; i < count; ++i) {
+    ibv_context* c = list.get()[i];
+    if (wanted != nullptr && *wanted != '\0' && device_name(c) != wanted) continue;
+    check_port(c, 1, who);
+    return c;
+  }
+  throw Error(Errc::transport,
+              std::string(who) + ": no RDMA device named '" + wanted + "' (see 'ibv_devices'; SMB_RDMA_DEVICE)");
+}
+
+EventPtr next_event(rdma_event_channel* channel, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    rdma_cm_event* event = nullptr;
+    if (rdma_get_cm_event(channel, &event) == 0) return EventPtr(event);
+    if (errno != EAGAIN && errno != EINTR) throw_errno("rdma_get_cm_event", errno);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return nullptr;
+    pollfd p{channel->fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+  }
+}
+
+}  // namespace smb::transport::verbs

@@ -1,0 +1,68 @@
+#pragma once
+// RAII owners of rdma-core objects (libibverbs, librdmacm), the transport
+// address both sides exchange, and errors that name the fix for the set-up
+// problems RDMA users hit most.
+#include <smb/error.hpp>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace smb::transport::verbs {
+
+// What the server puts in its transport address: the rdma_cm port it
+// listens on. The server listens on every address, so the client connects to
+// the host it already reaches the control plane on.
+struct WireAddress {
+  char magic[4] = {'S', 'M', 'B', 'V'};
+  std::uint16_t port = 0;  // host byte order
+};
+std::vector<std::uint8_t> encode_address(std::uint16_t port);
+std::uint16_t decode_address(const std::vector<std::uint8_t>& bytes, const std::string& peer);
+
+// errno-style failure of a verbs/rdma_cm call, with a hint for the usual causes.
+[[noreturn]] void throw_errno(const std::string& what, int error);
+
+struct EventChannelDeleter { void operator()(rdma_event_channel* c) const { rdma_destroy_event_channel(c); } };
+struct IdDeleter { void operator()(rdma_cm_id* id) const; };  // destroys its QP first
+struct PdDeleter { void operator()(ibv_pd* pd) const { ibv_dealloc_pd(pd); } };
+struct CqDeleter { void operator()(ibv_cq* cq) const { ibv_destroy_cq(cq); } };
+struct MrDeleter { void operator()(ibv_mr* mr) const { ibv_dereg_mr(mr); } };
+struct DevicesDeleter { void operator()(ibv_context** list) const { rdma_free_devices(list); } };
+
+using EventChannelPtr = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
+using IdPtr = std::unique_ptr<rdma_cm_id, IdDeleter>;
+using PdPtr = std::unique_ptr<ibv_pd, PdDeleter>;
+using CqPtr = std::unique_ptr<ibv_cq, CqDeleter>;
+using MrPtr = std::unique_ptr<ibv_mr, MrDeleter>;
+
+// A non-blocking event channel (so a progress loop can poll it) and an id on it.
+EventChannelPtr make_event_channel(const char* who);
+IdPtr make_id(rdma_event_channel* channel, void* context, const char* who);
+PdPtr make_pd(ibv_context* context, const char* who);
+CqPtr make_cq(ibv_context* context, int entries, const char* who);
+// ibv_reg_mr; ENOMEM/EPERM is nearly always the locked-memory limit.
+MrPtr register_mr(ibv_pd* pd, void* base, std::size_t length, int access, const char* who);
+// An RC QP on `id` with `depth` send WRs; both queues report to `cq`.
+void create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, std::uint32_t depth, const char* who);
+
+// The device rdma_cm would use: $SMB_RDMA_DEVICE or the first one. Throws
+// (naming the fix) if there is none, its port is down, or it has no GID.
+// Contexts belong to librdmacm and live as long as the process.
+ibv_context* pick_device(const char* who);
+// Throws if port `port` of `context` is not active, or has no GID.
+void check_port(ibv_context* context, std::uint8_t port, const char* who);
+std::string device_name(ibv_context* context);
+
+// Waits for the next event on `channel` (non-blocking fd); nullptr on timeout.
+// The caller acks it (EventPtr does).
+struct EventDeleter { void operator()(rdma_cm_event* e) const { rdma_ack_cm_event(e); } };
+using EventPtr = std::unique_ptr<rdma_cm_event, EventDeleter>;
+EventPtr next_event(rdma_event_channel* channel, std::chrono::milliseconds timeout);
+
+}  // namespace smb::transport::verbs
