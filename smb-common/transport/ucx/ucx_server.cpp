@@ -4,7 +4,6 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 
 #include <atomic>
 #include <cstring>
@@ -74,9 +73,7 @@ void write_received(void* /*request*/, ucs_status_t status, std::size_t /*length
 UcxServerTransport::UcxServerTransport()
     : context_(make_context("smbd")),
       worker_(make_worker(context_.get(), UCS_THREAD_MODE_SINGLE)),
-      address_(worker_address(worker_.get())),
-      wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  if (!wake_fd_) throw Error(Errc::internal, "smbd: eventfd failed");
+      address_(worker_address(worker_.get())) {
   set_handler(kAmWrite, &UcxServerTransport::on_write);
   set_handler(kAmRead, &UcxServerTransport::on_read);
   set_handler(kAmAtomic, &UcxServerTransport::on_atomic);
@@ -101,16 +98,10 @@ std::unique_ptr<Registration> UcxServerTransport::register_memory(void* base, st
 
 void UcxServerTransport::start(SegmentResolver resolver) {
   resolver_ = std::move(resolver);
-  thread_ = std::jthread([this](std::stop_token stop) { progress_loop(stop); });
+  thread_.start([this](const std::stop_token& stop) { progress_loop(stop); });
 }
 
-void UcxServerTransport::stop() {
-  if (!thread_.joinable()) return;
-  thread_.request_stop();
-  const std::uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
-  thread_.join();
-}
+void UcxServerTransport::stop() { thread_.stop(); }
 
 // Progress until idle, then sleep on the worker's event fd: a server whose
 // clients use one-sided RMA spends no CPU here at all.
@@ -122,8 +113,8 @@ void UcxServerTransport::progress_loop(const std::stop_token& stop) {
   ev.events = EPOLLIN;
   ev.data.fd = worker_fd;
   ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, worker_fd, &ev);
-  ev.data.fd = wake_fd_.get();
-  ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev);
+  ev.data.fd = thread_.wake_fd();
+  ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, thread_.wake_fd(), &ev);
   while (!stop.stop_requested()) {
     while (ucp_worker_progress(worker_.get()) != 0) {
     }

@@ -4,6 +4,7 @@
 #include "transport/transport.hpp"
 #include "transport/ucx/ucx_handles.hpp"
 #include "util/fd.hpp"
+#include "util/service_thread.hpp"
 
 #include <thread>
 
@@ -48,8 +49,7 @@ class UcxServerTransport final : public ServerTransport {
   WorkerPtr worker_;  // touched only by the progress thread once started
   Bytes address_;
   SegmentResolver resolver_;
-  util::UniqueFd wake_fd_;
-  std::jthread thread_;
+  util::ServiceThread thread_;  // last: stopped before the members its loop uses go
 };
 
 }  // namespace smb::transport::ucx

@@ -3,7 +3,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -24,9 +23,7 @@ VerbsServerTransport::VerbsServerTransport()
       pd_(make_pd(context_, "smbd")),
       cq_(make_cq(context_, 16, "smbd")),
       events_(make_event_channel("smbd")),
-      listener_(make_id(events_.get(), this, "smbd")),
-      wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  if (!wake_fd_) throw Error(Errc::internal, "smbd: eventfd failed");
+      listener_(make_id(events_.get(), this, "smbd")) {
   // Every address, any free port: the port travels in address() and clients
   // dial the host they reach the control plane on.
   sockaddr_in any{};
@@ -51,22 +48,16 @@ std::unique_ptr<Registration> VerbsServerTransport::register_memory(void* base, 
 
 void VerbsServerTransport::start(SegmentResolver /*resolver*/) {
   // All ops are one-sided: nothing resolves segments on the server.
-  thread_ = std::jthread([this](std::stop_token stop) { event_loop(stop); });
+  thread_.start([this](const std::stop_token& stop) { event_loop(stop); });
 }
 
-void VerbsServerTransport::stop() {
-  if (!thread_.joinable()) return;
-  thread_.request_stop();
-  const std::uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
-  thread_.join();
-}
+void VerbsServerTransport::stop() { thread_.stop(); }
 
 // Sleeps on the rdma_cm event channel: the thread wakes only for connection
 // set-up and tear-down.
 void VerbsServerTransport::event_loop(const std::stop_token& stop) {
   while (!stop.stop_requested()) {
-    pollfd fds[2] = {{events_->fd, POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
+    pollfd fds[2] = {{events_->fd, POLLIN, 0}, {thread_.wake_fd(), POLLIN, 0}};
     ::poll(fds, 2, 500);
     for (;;) {
       rdma_cm_event* raw = nullptr;

@@ -6,6 +6,7 @@
 #include "transport/transport.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 #include "util/fd.hpp"
+#include "util/service_thread.hpp"
 
 #include <map>
 #include <thread>
@@ -47,8 +48,7 @@ class VerbsServerTransport final : public ServerTransport {
   IdPtr listener_;
   std::map<rdma_cm_id*, IdPtr> connections_;  // touched only by the thread once started
   Bytes address_;
-  util::UniqueFd wake_fd_;
-  std::jthread thread_;
+  util::ServiceThread thread_;  // last: stopped before the members its loop uses go
 };
 
 }  // namespace smb::transport::verbs

@@ -1,0 +1,46 @@
+#pragma once
+// The thread a server transport runs its loop on (UCX progress, rdma_cm
+// events), with an eventfd the loop also sleeps on, so that stop() can wake
+// it at once instead of waiting for the loop's next event.
+#include "util/fd.hpp"
+
+#include <smb/error.hpp>
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <functional>
+#include <stop_token>
+#include <thread>
+
+namespace smb::util {
+
+class ServiceThread {
+ public:
+  ServiceThread() : wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (!wake_fd_) throw Error(Errc::internal, "smbd: eventfd failed");
+  }
+  ~ServiceThread() { stop(); }
+  ServiceThread(const ServiceThread&) = delete;
+  ServiceThread& operator=(const ServiceThread&) = delete;
+
+  // The loop polls wake_fd() beside its own fds and returns once `stop` is requested.
+  void start(std::function<void(const std::stop_token&)> loop) {
+    thread_ = std::jthread([loop = std::move(loop)](std::stop_token stop) { loop(stop); });
+  }
+  void stop() {
+    if (!thread_.joinable()) return;
+    thread_.request_stop();
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
+    thread_.join();
+  }
+  int wake_fd() const { return wake_fd_.get(); }
+
+ private:
+  UniqueFd wake_fd_;
+  std::jthread thread_;
+};
+
+}  // namespace smb::util
