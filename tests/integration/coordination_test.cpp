@@ -105,8 +105,8 @@ TEST_P(CoordinationTest, LocksExcludeOverlappingRangesAndHandOverOnUnlock) {
   auto l = a.lock("ranges", left);
   auto r = b.lock("ranges", right);  // disjoint: granted at once
   EXPECT_TRUE(l.held() && r.held());
+  auto again = a.lock("params", whole);  // a holds it again, then b asks and waits
   auto next = std::async(std::launch::async, [&] { return b.lock("params", whole); });
-  auto again = a.lock("params", whole);  // a holds it again; b waits
   ASSERT_EQ(next.wait_for(200ms), std::future_status::timeout);
   again.unlock();
   EXPECT_TRUE(next.get().held());
@@ -169,7 +169,9 @@ TEST_P(CoordinationTest, BarrierWithAKilledParticipantIsAnErrorNotAHang) {
   ASSERT_TRUE(participant.wait_ready());
   auto client = make_client();
   auto mine = std::async(std::launch::async, [&] { client.barrier("doomed", 3, 30s); });
-  std::this_thread::sleep_for(300ms);  // both have arrived; the third never will
+  // The child signals just before its barrier call: give it ample time to
+  // arrive (slow under ASan on a busy machine); the third party never will.
+  std::this_thread::sleep_for(1500ms);
   participant.kill();
   ASSERT_EQ(mine.wait_for(10s), std::future_status::ready) << "the barrier hung after a participant died";
   expect_errc(smb::Errc::server_gone, [&] { mine.get(); }, "barrier with a dead participant");
