@@ -321,11 +321,8 @@ smb_over_verbs() {
   local -a env
   read -r -a env <<<"$(verbs_env "$DEV") SMB_DATA_PROTOCOL=$protocol"
   start_smbd "smbd-$tag" "$ADDR:0" "${env[@]}" || return 1
-  local pid=${PIDS[-1]} server=$SMBD_ADDRESS
-  bench "$tag-write" "$expect" "${env[@]}" -- --servers "$server" --op write --size 8M --block 1M --verify --keep --name "$tag" &&
-    bench "$tag-read" "$expect" "${env[@]}" -- --servers "$server" --op read --size 8M --block 1M --verify --name "$tag" &&
-    bench "$tag-fetch-add" "$expect" "${env[@]}" -- --servers "$server" --op fetch-add --size 4K --iters 100 --threads 2 --verify ||
-    rc=1
+  local pid=${PIDS[-1]}
+  round_trip "$tag" "$expect" "$SMBD_ADDRESS" "${env[@]}" || rc=1
   stop_pids "$pid"
   return $rc
 }
@@ -335,13 +332,20 @@ case_smb_native_verbs() {
   local tag=nv rc=0 expect='verbs rdma via '"$DEV"
   local -a env=(SMB_TRANSPORT=verbs SMB_RDMA_DEVICE="$DEV")
   start_verbs_smbd "smbd-$tag" "$ADDR:0" "${env[@]}" || return
-  local pid=${PIDS[-1]} server=$SMBD_ADDRESS
-  bench "$tag-write" "$expect" "${env[@]}" -- --servers "$server" --op write --size 8M --block 1M --verify --keep --name "$tag" &&
-    bench "$tag-read" "$expect" "${env[@]}" -- --servers "$server" --op read --size 8M --block 1M --verify --name "$tag" &&
-    bench "$tag-fetch-add" "$expect" "${env[@]}" -- --servers "$server" --op fetch-add --size 4K --iters 100 --threads 2 --verify ||
-    rc=1
+  local pid=${PIDS[-1]}
+  round_trip "$tag" "$expect" "$SMBD_ADDRESS" "${env[@]}" || rc=1
   stop_pids "$pid"
   return $rc
+}
+
+# round_trip TAG EXPECT SERVERS ENV...: 8 MiB write (--keep), a second process
+# reads and verifies it, then a 2-thread fetch-add; every path line must match EXPECT.
+round_trip() {
+  local tag=$1 expect=$2 server=$3
+  shift 3
+  bench "$tag-write" "$expect" "$@" -- --servers "$server" --op write --size 8M --block 1M --verify --keep --name "$tag" &&
+    bench "$tag-read" "$expect" "$@" -- --servers "$server" --op read --size 8M --block 1M --verify --name "$tag" &&
+    bench "$tag-fetch-add" "$expect" "$@" -- --servers "$server" --op fetch-add --size 4K --iters 100 --threads 2 --verify
 }
 
 case_smb_verbs() { smb_over_verbs am vm; }

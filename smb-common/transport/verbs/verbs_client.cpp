@@ -333,28 +333,29 @@ void VerbsChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std:
   split(std::move(p), length);
 }
 
-void VerbsChannel::fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value,
-                             std::uint64_t* old_value, const CompletionPtr& completion) {
+// `operand` is the value to add or to swap in; `compare` is compare-swap's expected value.
+void VerbsChannel::atomic(ibv_wr_opcode opcode, const char* what, RemoteSegment& seg, std::uint64_t offset,
+                          std::uint64_t operand, std::uint64_t compare, std::uint64_t* old_value,
+                          const CompletionPtr& completion) {
   auto& remote = static_cast<VerbsRemoteSegment&>(seg);
   std::lock_guard lock(transport_.mutex_);
-  if (!usable(completion, "fetch-add")) return;
+  if (!usable(completion, what)) return;
   // RDMA atomics need an 8-byte aligned remote address.
   if ((remote.descriptor().address + offset) % 8 != 0)
-    return completion->finish(Errc::invalid_argument, "fetch-add: offset is not 8-byte aligned");
-  enqueue(Piece{completion, IBV_WR_ATOMIC_FETCH_AND_ADD, remote.descriptor().address + offset,
-                remote.rkey(), nullptr, reinterpret_cast<std::byte*>(old_value), 8, value, 0});
+    return completion->finish(Errc::invalid_argument, std::string(what) + ": offset is not 8-byte aligned");
+  enqueue(Piece{completion, opcode, remote.descriptor().address + offset, remote.rkey(), nullptr,
+                reinterpret_cast<std::byte*>(old_value), 8, operand, compare});
+}
+
+void VerbsChannel::fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value,
+                             std::uint64_t* old_value, const CompletionPtr& completion) {
+  atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, "fetch-add", seg, offset, value, 0, old_value, completion);
 }
 
 void VerbsChannel::compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
                                 std::uint64_t desired, std::uint64_t* old_value,
                                 const CompletionPtr& completion) {
-  auto& remote = static_cast<VerbsRemoteSegment&>(seg);
-  std::lock_guard lock(transport_.mutex_);
-  if (!usable(completion, "compare-swap")) return;
-  if ((remote.descriptor().address + offset) % 8 != 0)
-    return completion->finish(Errc::invalid_argument, "compare-swap: offset is not 8-byte aligned");
-  enqueue(Piece{completion, IBV_WR_ATOMIC_CMP_AND_SWP, remote.descriptor().address + offset,
-                remote.rkey(), nullptr, reinterpret_cast<std::byte*>(old_value), 8, desired, expected});
+  atomic(IBV_WR_ATOMIC_CMP_AND_SWP, "compare-swap", seg, offset, desired, expected, old_value, completion);
 }
 
 }  // namespace smb::transport::verbs

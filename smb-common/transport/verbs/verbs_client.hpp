@@ -76,6 +76,9 @@ class VerbsChannel final : public Channel {
 
  private:
   friend class VerbsClientTransport;
+  void atomic(ibv_wr_opcode opcode, const char* what, RemoteSegment& seg, std::uint64_t offset,
+              std::uint64_t operand, std::uint64_t compare, std::uint64_t* old_value,
+              const CompletionPtr& completion);
 
   // One work request's worth of an op (ops larger than a slot are split).
   struct Piece {
