@@ -75,6 +75,7 @@ client::ServerLink& ClientCore::link(const std::string& server) {
                                 {"transport", transport_->name()},
                                 {"address", protocol::binary(transport_->address())}});
   l.channel = transport_->connect(protocol::get_binary(hello, "address", "hello"), server, protocol_);
+  l.waits = std::make_unique<client::WaitConnections>(server, options_.timeout);
   return links_.emplace(server, std::move(l)).first->second;
 }
 

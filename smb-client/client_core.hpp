@@ -3,6 +3,7 @@
 // channel) per memory server, and the buffer-level control flows
 // (create/open/destroy) that span servers.
 #include "control_connection.hpp"
+#include "wait_connections.hpp"
 #include "protocol/striping.hpp"
 #include "transport/transport.hpp"
 
@@ -17,6 +18,7 @@ namespace smb {
 namespace client {
 struct ServerLink {
   std::unique_ptr<ControlConnection> control;
+  std::unique_ptr<WaitConnections> waits;  // locks and barriers wait on these
   std::unique_ptr<transport::Channel> channel;
 
   // Where the transport cannot see a dead server itself, the closed control
@@ -38,7 +40,6 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::shared_ptr<BufferCore> open(std::string_view name);
   void destroy(std::string_view name);
   Lock lock(std::string_view name, const LockOptions& options);
-  void unlock(const std::string& name, std::uint64_t token);
   void barrier(std::string_view name, std::uint32_t parties, std::chrono::milliseconds timeout);
   std::vector<ServerStatus> status();
   std::vector<Layout> list();
@@ -96,7 +97,8 @@ class BufferCore {
 };
 
 struct Lock::State {
-  std::shared_ptr<ClientCore> client;
+  std::shared_ptr<ClientCore> client;  // keeps the connection's pool alive
+  std::shared_ptr<client::ControlConnection> connection;  // the one that took the lock
   std::string name;
   std::uint64_t token = 0;
 };

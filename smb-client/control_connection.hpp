@@ -22,6 +22,11 @@ class ControlConnection {
   // the reply may take `wait` longer than the usual timeout.
   protocol::Body call(protocol::MessageType type, const protocol::Body& request, std::chrono::milliseconds wait);
   const std::string& peer() const { return peer_; }
+  // Closed after a timeout or a broken stream: no call can succeed any more.
+  bool broken() {
+    std::lock_guard lock(mutex_);
+    return broken_;
+  }
   // True once the server has closed the connection (or it broke). Never
   // blocks: skips the check while a call is in progress, and checks at most
   // once per millisecond, so the data path may call it per op.

@@ -1,8 +1,10 @@
 // Locks, barriers and buffer versions from the client's side. Locks and
 // barriers live on the home server of their name (as layout records do), so
-// every process finds them from the name alone; version waits go to every
-// server holding part of the buffer.
+// every process finds them from the name alone; they wait on connections of
+// their own (wait_connections.hpp); version reads and waits go
+// to every server holding part of the buffer, as calls over the data path.
 #include "client_core.hpp"
+#include "server_calls.hpp"
 
 #include "protocol/messages.hpp"
 
@@ -19,52 +21,49 @@ std::uint64_t millis(std::chrono::milliseconds d) { return static_cast<std::uint
 Lock ClientCore::lock(std::string_view name_view, const LockOptions& options) {
   const std::string name(name_view);
   protocol::validate_name(name);
-  auto reply = link(home_of(name)).control->call(MessageType::lock,
-                                                 {{"name", name},
-                                                  {"offset", options.offset},
-                                                  {"length", options.length},
-                                                  {"lease_ms", millis(options.lease)},
-                                                  {"timeout_ms", millis(options.timeout)}},
-                                                 options.timeout);
+  auto connection = link(home_of(name)).waits->acquire();
+  auto reply = connection->call(MessageType::lock,
+                                {{"name", name},
+                                 {"offset", options.offset},
+                                 {"length", options.length},
+                                 {"lease_ms", millis(options.lease)},
+                                 {"timeout_ms", millis(options.timeout)}},
+                                options.timeout);
   auto state = std::make_shared<Lock::State>();
   state->client = shared_from_this();
+  state->connection = std::move(connection);
   state->name = name;
   state->token = protocol::get_u64(reply, "token", "lock");
   return Lock(std::move(state));
 }
 
-void ClientCore::unlock(const std::string& name, std::uint64_t token) {
-  link(home_of(name)).control->call(MessageType::unlock, {{"name", name}, {"token", token}});
-}
-
 void ClientCore::barrier(std::string_view name_view, std::uint32_t parties, std::chrono::milliseconds timeout) {
   const std::string name(name_view);
   protocol::validate_name(name);
-  link(home_of(name)).control->call(
+  link(home_of(name)).waits->acquire()->call(
       MessageType::barrier, {{"name", name}, {"parties", parties}, {"timeout_ms", millis(timeout)}}, timeout);
 }
 
 std::uint64_t BufferCore::version() {
+  client::ServerCalls calls(client_, "buffer '" + layout_.name + "': version");
+  for (std::size_t i = 0; i < layout_.servers.size(); ++i)
+    if (layout_.shares[i] != 0) calls.add(*links_[i], MessageType::get_version, {{"name", layout_.name}});
   std::uint64_t least = UINT64_MAX;
-  for (std::size_t i = 0; i < layout_.servers.size(); ++i) {
-    if (layout_.shares[i] == 0) continue;
-    auto reply = links_[i]->control->call(MessageType::get_version, {{"name", layout_.name}});
-    least = std::min(least, protocol::get_u64(reply, "version", "get_version"));
-  }
+  for (const auto& reply : calls.finish()) least = std::min(least, protocol::get_u64(reply, "version", "get_version"));
   return least;
 }
 
+// Every server waits on its own part at once; the least version reached is the buffer's.
 std::uint64_t BufferCore::wait_version(std::uint64_t version, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  client::ServerCalls calls(client_, "buffer '" + layout_.name + "': wait for version " + std::to_string(version),
+                            timeout);
+  for (std::size_t i = 0; i < layout_.servers.size(); ++i)
+    if (layout_.shares[i] != 0)
+      calls.add(*links_[i], MessageType::wait_version,
+                {{"name", layout_.name}, {"version", version}, {"timeout_ms", millis(timeout)}});
   std::uint64_t least = UINT64_MAX;
-  for (std::size_t i = 0; i < layout_.servers.size(); ++i) {
-    if (layout_.shares[i] == 0) continue;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    auto reply = links_[i]->control->call(
-        MessageType::wait_version, {{"name", layout_.name}, {"version", version}, {"timeout_ms", millis(left)}},
-        std::max(left, std::chrono::milliseconds(1)));
+  for (const auto& reply : calls.finish())
     least = std::min(least, protocol::get_u64(reply, "version", "wait_version"));
-  }
   return least;
 }
 
@@ -92,7 +91,7 @@ Lock& Lock::operator=(Lock&& other) noexcept {
 void Lock::unlock() {
   if (!state_) return;
   auto state = std::move(state_);
-  state->client->unlock(state->name, state->token);
+  state->connection->call(MessageType::unlock, {{"name", state->name}, {"token", state->token}});
 }
 
 }  // namespace smb

@@ -1,21 +1,18 @@
 // Server-side vector ops from the client's side: one request per server
 // holding part of the region (a server's stripes of a range are contiguous in
-// its segment), sent to all servers in parallel over their control
-// connections. Inline data is gathered per server and sent in chunks that
-// fit a control frame.
+// its segment), sent to all servers at once as calls over their data
+// channels. Inline data is gathered per server and sent in chunks of the
+// most a call carries.
 #include "client_core.hpp"
+#include "server_calls.hpp"
 
 #include "protocol/messages.hpp"
 
-#include <future>
 #include <map>
 
 namespace smb {
 
 namespace {
-
-// Inline x per control message: well under protocol::kMaxBodySize.
-constexpr std::uint64_t kInlineChunk = 512u << 10;
 
 struct ServerPart {
   std::uint64_t local_offset = 0;  // first byte of the region in this server's segment
@@ -68,10 +65,10 @@ void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint6
     }
   }
 
-  auto run_part = [&](std::uint32_t server, const ServerPart& part) {
-    auto* link = links_[server];
-    link->check_alive();
-    const std::uint64_t chunk = inline_x ? kInlineChunk / esize * esize : part.length;
+  client::ServerCalls calls(client_, what);
+  for (const auto& [server, part] : parts) {
+    auto& link = *links_[server];
+    const std::uint64_t chunk = inline_x ? client::ServerCalls::max_payload(link) / esize * esize : part.length;
     for (std::uint64_t done = 0; done < part.length; done += chunk) {
       const std::uint64_t n = std::min(chunk, part.length - done);
       protocol::Body req{{"name", layout_.name},
@@ -80,35 +77,18 @@ void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint6
                          {"offset", part.local_offset + done},
                          {"count", n / esize},
                          {"alpha", alpha}};
+      std::span<const std::byte> x;
       if (inline_x) {
-        req["data"] = protocol::binary({part.data.begin() + static_cast<std::ptrdiff_t>(done),
-                                        part.data.begin() + static_cast<std::ptrdiff_t>(done + n)});
+        x = std::as_bytes(std::span(part.data)).subspan(done, n);
       } else if (needs_source(op)) {
         req["source"] = source->layout().name;
         req["source_offset"] = static_cast<std::uint64_t>(
             static_cast<std::int64_t>(part.local_offset + done) + source_shift);
       }
-      link->control->call(protocol::MessageType::vector_op, req);
-    }
-  };
-  std::vector<std::future<void>> calls;
-  for (const auto& [server, part] : parts)
-    calls.push_back(std::async(std::launch::async, run_part, server, std::cref(part)));
-  std::exception_ptr first;
-  for (auto& c : calls) {
-    try {
-      c.get();
-    } catch (...) {
-      if (!first) first = std::current_exception();
+      calls.add(link, protocol::MessageType::vector_op, std::move(req), x);
     }
   }
-  if (first) {
-    try {
-      std::rethrow_exception(first);
-    } catch (const Error& e) {
-      throw Error(e.code(), what + ": " + e.what());
-    }
-  }
+  calls.finish();
 }
 
 }  // namespace smb

@@ -18,6 +18,9 @@ class ControlServer {
   void start();
   // Closes the listener and every session.
   void shutdown();
+  // A call that came over the data path (transport.hpp): vector ops, version
+  // reads and waits. Runs on the transport's thread; answers through `respond`.
+  void serve_call(transport::Bytes frame, transport::Bytes payload, transport::Respond respond);
 
  private:
   class Session;

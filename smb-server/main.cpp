@@ -55,7 +55,10 @@ int run(const Options& options) {
   const auto bound = control->local_endpoint();
   identity.address = listen.host + ":" + std::to_string(bound.port());
 
-  transport->start([&registry](std::uint64_t id) { return registry.resolve(id); });
+  transport->start([&registry](std::uint64_t id) { return registry.resolve(id); },
+                   [&control](smb::transport::Bytes frame, smb::transport::Bytes payload, smb::transport::Respond respond) {
+                     control->serve_call(std::move(frame), std::move(payload), std::move(respond));
+                   });
   control->start();
 
   asio::signal_set signals(io, SIGINT, SIGTERM);

@@ -16,7 +16,8 @@ Body segment_body(const transport::SegmentDescriptor& d) {
               {"rkey", protocol::binary(d.remote_key)}};
 }
 
-VectorRequest vector_request(const Body& req) {
+// x comes in the body ("data"), or as a call's raw payload.
+VectorRequest vector_request(const Body& req, transport::Bytes payload = {}) {
   const char* what = "vector_op";
   VectorRequest r;
   r.name = protocol::get_string(req, "name", what);
@@ -34,6 +35,8 @@ VectorRequest vector_request(const Body& req) {
     r.source_offset = protocol::get_u64(req, "source_offset", what);
   } else if (req.contains("data")) {
     r.data = protocol::get_binary(req, "data", what);
+  } else {
+    r.data = std::move(payload);
   }
   return r;
 }
@@ -47,6 +50,17 @@ Body RequestHandler::handle(SessionId session, std::uint16_t type, const Body& r
     return protocol::error_reply(e.code(), e.what());
   } catch (const std::exception& e) {
     spdlog::error("request {} failed: {}", protocol::message_name(type), e.what());
+    return protocol::error_reply(Errc::internal, e.what());
+  }
+}
+
+Body RequestHandler::apply(const Body& request, transport::Bytes payload) {
+  try {
+    return protocol::ok_reply({{"version", registry_.apply(vector_request(request, std::move(payload)))}});
+  } catch (const Error& e) {
+    return protocol::error_reply(e.code(), e.what());
+  } catch (const std::exception& e) {
+    spdlog::error("vector_op failed: {}", e.what());
     return protocol::error_reply(Errc::internal, e.what());
   }
 }

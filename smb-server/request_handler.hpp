@@ -20,6 +20,8 @@ class RequestHandler {
       : registry_(registry), identity_(identity), clients_(clients) {}
 
   protocol::Body handle(SessionId session, std::uint16_t type, const protocol::Body& request);
+  // A vector op whose x came as a call's payload (see transport.hpp).
+  protocol::Body apply(const protocol::Body& request, transport::Bytes payload);
 
  private:
   protocol::Body dispatch(SessionId session, protocol::MessageType type, const protocol::Body& request);

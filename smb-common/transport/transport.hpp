@@ -11,7 +11,8 @@
 //   ClientTransport  a client's side: owns the local progress engine and
 //                    opens one Channel per server.
 //   Channel          the data path to one server: put/get/atomics on a
-//                    RemoteSegment, each reporting to a Completion.
+//                    RemoteSegment, and calls (two-sided requests the
+//                    server acts on), each reporting to a Completion.
 #include "transport/completion.hpp"
 
 #include <smb/client.hpp>
@@ -21,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +54,17 @@ struct SegmentAccess {
 };
 using SegmentResolver = std::function<std::optional<SegmentAccess>(std::uint64_t id)>;
 
+// Calls: two-sided requests over the data path (UCX active messages, verbs
+// SEND/RECV) for what the server must do on request: vector ops, version
+// reads and waits. A call is a control-protocol frame (protocol/messages.hpp)
+// plus a raw payload (a vector op's x), so data never goes through
+// MessagePack or the control connection's TCP stream; the reply is a frame.
+//
+// The handler runs on the transport's thread and must not block; it answers
+// each call exactly once through `respond`, from any thread.
+using Respond = std::function<void(Bytes reply_frame)>;
+using CallHandler = std::function<void(Bytes frame, Bytes payload, Respond respond)>;
+
 class ServerTransport {
  public:
   virtual ~ServerTransport() = default;
@@ -61,8 +74,9 @@ class ServerTransport {
   // Registers a page-aligned range of the pool. A transport may replace the
   // range's pages with fresh zeroed memory that it can share (UCX does).
   virtual std::unique_ptr<Registration> register_memory(void* base, std::size_t length) = 0;
-  // Starts the progress thread; server-assisted ops resolve segments through `resolver`.
-  virtual void start(SegmentResolver resolver) = 0;
+  // Starts the progress thread; server-assisted ops resolve segments through
+  // `resolver`, and calls go to `calls`.
+  virtual void start(SegmentResolver resolver, CallHandler calls) = 0;
   virtual void stop() = 0;
 };
 
@@ -93,6 +107,13 @@ class Channel {
   virtual void compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
                             std::uint64_t desired, std::uint64_t* old_value,
                             const CompletionPtr& completion) = 0;
+
+  // Sends a call (see CallHandler); the server's reply frame lands in *reply.
+  // `frame`, `payload` and `reply` stay valid until the completion finishes.
+  virtual void call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
+                    const CompletionPtr& completion) = 0;
+  // The largest payload one call carries; callers split larger ones.
+  virtual std::size_t max_call_payload() const = 0;
 
   // The server is known dead (its control connection closed): fail what is
   // in flight and refuse new ops.

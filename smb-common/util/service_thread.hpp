@@ -32,11 +32,20 @@ class ServiceThread {
   void stop() {
     if (!thread_.joinable()) return;
     thread_.request_stop();
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
+    wake();
     thread_.join();
   }
   int wake_fd() const { return wake_fd_.get(); }
+  // Makes wake_fd() readable, e.g. for work queued from another thread.
+  void wake() {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
+  }
+  // Called by the loop after waking, so that wake_fd() sleeps again.
+  void clear_wake() {
+    std::uint64_t count = 0;
+    [[maybe_unused]] auto n = ::read(wake_fd_.get(), &count, sizeof count);
+  }
 
  private:
   UniqueFd wake_fd_;

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <csignal>
 #include <future>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -157,6 +158,32 @@ TEST_P(CoordinationTest, BarrierReleasesEveryPartyTogether) {
   for (auto& p : parties) EXPECT_NO_THROW(p.get());
   auto client = make_client();
   expect_errc(smb::Errc::timeout, [&] { client.barrier("alone", 2, 200ms); }, "a party that never comes");
+}
+
+// Waits use connections of their own: while one thread of a client waits at
+// a barrier and another for a lock, the same client still creates, writes
+// and reads (on the same home server), and can even be the barrier's other party.
+TEST_P(CoordinationTest, WaitsDoNotHoldUpTheClientsOtherRequests) {
+  auto client = make_client();
+  auto held = client.lock("busy-lock");
+  auto at_barrier = std::async(std::launch::async, [&] { client.barrier("meet", 2, 20s); });
+  auto for_lock = std::async(std::launch::async, [&] { return client.lock("busy-lock"); });
+  std::this_thread::sleep_for(200ms);
+  ASSERT_EQ(at_barrier.wait_for(0s), std::future_status::timeout);
+  ASSERT_EQ(for_lock.wait_for(0s), std::future_status::timeout);
+  const auto begin = Clock::now();
+  auto buffer = client.create("during-waits", 4096);
+  std::vector<std::uint8_t> data(4096, 7), back(4096);
+  buffer.write(0, std::as_bytes(std::span(data)));
+  buffer.read(0, std::as_writable_bytes(std::span(back)));
+  EXPECT_EQ(back, data);
+  EXPECT_FALSE(client.status().empty());
+  EXPECT_LT(Clock::now() - begin, 5s) << "control requests waited behind the blocked ones";
+  EXPECT_EQ(at_barrier.wait_for(0s), std::future_status::timeout);
+  client.barrier("meet", 2, 20s);  // the second party, from the same client
+  EXPECT_NO_THROW(at_barrier.get());
+  held.unlock();
+  EXPECT_TRUE(for_lock.get().held());
 }
 
 TEST_P(CoordinationTest, BarrierWithAKilledParticipantIsAnErrorNotAHang) {

@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
     const double t_memcpy = seconds(iters, [&] { std::memcpy(copy.data(), ones.data(), bytes); });
     const double t_server =
         seconds(iters, [&] { target.apply_from(smb::VectorOp::accumulate, smb::DType::f32, 0, n, 1.0, delta, 0); });
+    const double t_inline =
+        seconds(iters, [&] { target.apply(smb::VectorOp::accumulate, smb::DType::f32, 0, n, 1.0, std::as_bytes(std::span(ones))); });
     const double t_rmw = seconds(iters, [&] {
       auto lock = client.lock("accbench-lock-" + tag);
       target.read(0, std::as_writable_bytes(std::span(local)));
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
     std::printf("| measure | GB/s of source | ratio to memcpy |\n|---|---:|---:|\n");
     std::printf("| memcpy (one core, local) | %.2f | 1.00 |\n", rate(t_memcpy));
     std::printf("| server-side accumulate (apply_from) | %.2f | %.2f |\n", rate(t_server), t_memcpy / t_server);
+    std::printf("| server-side accumulate, x sent with the op (apply) | %.2f | %.2f |\n", rate(t_inline),
+                t_memcpy / t_inline);
     std::printf("| client read-modify-write under a lock | %.2f | %.2f |\n", rate(t_rmw), t_memcpy / t_rmw);
     std::printf("\nserver-side accumulate / client RMW: %.2f; %d ops of %s over %zu server(s); path: %s\n",
                 t_rmw / t_server, iters, size_text.c_str(), target.layout().servers.size(),

@@ -1,7 +1,7 @@
 #pragma once
 // Active-message headers of the UCX "am" data protocol, the path used where
-// UCX only emulates RMA in software (TCP), and for atomics where a path has no
-// atomic lane. Hot path: fixed-size PODs, checked for size on receipt and for
+// UCX only emulates RMA in software (TCP), for atomics where a path has no
+// atomic lane, and for calls (requests the server acts on). Hot path: fixed-size PODs, checked for size on receipt and for
 // bounds against the segment before use.
 #include <cstdint>
 
@@ -12,6 +12,7 @@ enum AmId : unsigned {
   kAmRead = 2,    // client -> server: AmRequestHeader, asks for data
   kAmReply = 3,   // server -> client: AmReplyHeader (+ data for reads and atomics)
   kAmAtomic = 4,  // client -> server: AmAtomicHeader; the reply carries the old value
+  kAmCall = 5,    // client -> server: AmCallHeader + frame + payload; the reply carries a frame
 };
 
 struct AmRequestHeader {
@@ -31,6 +32,12 @@ struct AmAtomicHeader {
   std::uint32_t reserved;
   std::uint64_t operand;     // value to add, or the desired value
   std::uint64_t compare;     // compare_swap: the expected value
+};
+
+// A call (transport.hpp): the data is the control frame, then the payload.
+struct AmCallHeader {
+  std::uint64_t token;
+  std::uint64_t frame_length;
 };
 
 struct AmReplyHeader {

@@ -144,6 +144,17 @@ ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::si
     op.completion->finish(code, context + " refused: " + errc_name(code));
     return UCS_OK;
   }
+  if (op.frame != nullptr) {  // a call's reply frame
+    if (rndv) {
+      ucp_am_data_release(self->worker_.get(), data);
+      op.completion->finish(Errc::protocol, context + ": reply frame came by rendezvous");
+      return UCS_OK;
+    }
+    const auto* bytes = static_cast<const std::uint8_t*>(data);
+    op.frame->assign(bytes, bytes + length);
+    op.completion->finish();
+    return UCS_OK;
+  }
   if (length != op.length || (op.destination == nullptr && length != 0)) {
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
     op.completion->finish(Errc::protocol, context + ": reply carries " + std::to_string(length) +
@@ -299,7 +310,8 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
         create_endpoint(worker, server_address, UCP_ERR_HANDLING_MODE_NONE, nullptr, nullptr, peer_);
     Lanes unguarded_lanes = lanes_of(unguarded);
     if (unguarded_lanes.native_rma()) {
-      close_endpoint(worker, std::exchange(ep_, unguarded), true);
+      // The guarded endpoint stays, for what the server serves (see assisted_ep_).
+      assisted_ep_ = std::exchange(ep_, unguarded);
       lanes = std::move(unguarded_lanes);
       peer_failure_detected_ = false;
     } else {
@@ -317,11 +329,13 @@ UcxChannel::~UcxChannel() {
   std::unique_lock lock(transport_.mutex_);
   transport_.fail_pending(this, Errc::server_gone, "server " + peer_ + ": connection closed");
   if (ep_ != nullptr) close_endpoint(transport_.worker_.get(), ep_, failed_ || !peer_failure_detected_);
+  if (assisted_ep_ != nullptr) close_endpoint(transport_.worker_.get(), assisted_ep_, failed_);
 }
 
 std::string UcxChannel::describe() const {
   return std::string("ucx, data protocol ") + (use_am_ ? "am" : "rma") + ", atomics " +
-         (am_atomics_ ? "am" : "rma") + " (lanes " + lanes_ + ")";
+         (am_atomics_ ? "am" : "rma") + (assisted_ep_ != nullptr ? ", calls and am atomics on a tcp endpoint" : "") +
+         " (lanes " + lanes_ + ")";
 }
 
 void UcxChannel::peer_lost(const std::string& reason) {
@@ -375,7 +389,8 @@ void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, 
 // Sends one request whose reply (matched by `token` in pending_) completes the op.
 void UcxChannel::send_request(unsigned id, const void* header, std::size_t header_length, const void* payload,
                               std::size_t payload_length, std::uint64_t token,
-                              const CompletionPtr& completion, const char* op) {
+                              const CompletionPtr& completion, const char* op, std::span<const std::byte> second,
+                              ucp_ep_h ep) {
   auto owned = std::make_unique<UcxClientTransport::SendContext>();
   auto* ctx = owned.get();
   std::memcpy(ctx->header.data(), header, header_length);
@@ -383,6 +398,14 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
   ctx->transport = &transport_;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  if (!second.empty()) {  // two pieces, sent as one message without copying them together
+    ctx->iov[0] = {const_cast<void*>(payload), payload_length};
+    ctx->iov[1] = {const_cast<std::byte*>(second.data()), second.size()};
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = UCP_DATATYPE_IOV;
+    payload = ctx->iov.data();
+    payload_length = ctx->iov.size();
+  }
   p.flags = UCP_AM_SEND_FLAG_REPLY;
   p.user_data = ctx;
   p.cb.send = [](void* /*request*/, ucs_status_t status, void* user_data) {
@@ -397,7 +420,8 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
       transport.pending_.erase(it);
     }
   };
-  ucs_status_ptr_t request = ucp_am_send_nbx(ep_, id, ctx->header.data(), header_length, payload, payload_length, &p);
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(ep != nullptr ? ep : ep_, id, ctx->header.data(), header_length, payload, payload_length, &p);
   if (request == nullptr) return;  // sent at once; `owned` frees the context, the reply completes the op
   if (UCS_PTR_IS_ERR(request)) {
     transport_.pending_.erase(token);
@@ -407,6 +431,17 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
   }
   transport_.sends_.emplace(token, std::move(owned));
   ucp_request_free(request);
+}
+
+void UcxChannel::call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
+                      const CompletionPtr& completion) {
+  std::lock_guard lock(transport_.mutex_);
+  if (!usable(completion, "call")) return;
+  const std::uint64_t token = transport_.next_token_++;
+  transport_.pending_.emplace(token, UcxClientTransport::PendingAm{completion, this, nullptr, 0, "call", reply});
+  const AmCallHeader header{token, frame.size()};
+  send_request(kAmCall, &header, sizeof header, frame.data(), frame.size(), token, completion, "call", payload,
+               assisted());
 }
 
 void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
@@ -457,7 +492,7 @@ void UcxChannel::atomic(AmAtomicOp op, RemoteSegment& seg, std::uint64_t offset,
         token, UcxClientTransport::PendingAm{completion, this, result, sizeof(std::uint64_t), what});
     const AmAtomicHeader header{token, seg.descriptor().id, offset, static_cast<std::uint32_t>(op), 0,
                                 operand, compare};
-    send_request(kAmAtomic, &header, sizeof header, nullptr, 0, token, completion, what);
+    send_request(kAmAtomic, &header, sizeof header, nullptr, 0, token, completion, what, {}, assisted());
     return;
   }
   auto& remote = static_cast<UcxRemoteSegment&>(seg);

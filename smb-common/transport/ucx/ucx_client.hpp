@@ -37,6 +37,7 @@ class UcxClientTransport final : public ClientTransport {
     void* destination = nullptr;  // reads: where the data goes
     std::uint64_t length = 0;
     const char* op = "";
+    Bytes* frame = nullptr;  // calls: the reply frame goes here, whatever its length
   };
 
   static ucs_status_t on_reply(void* arg, const void* header, std::size_t header_length, void* data,
@@ -47,7 +48,9 @@ class UcxClientTransport final : public ClientTransport {
   // completes. Owned here (not by the callback) so that sends still in flight
   // when the transport goes are freed too.
   struct SendContext {
-    std::array<std::byte, std::max(sizeof(AmRequestHeader), sizeof(AmAtomicHeader))> header{};
+    std::array<std::byte, std::max({sizeof(AmRequestHeader), sizeof(AmAtomicHeader), sizeof(AmCallHeader)})>
+        header{};
+    std::array<ucp_dt_iov_t, 2> iov{};  // calls: frame and payload, read until the send completes
     std::uint64_t token = 0;
     UcxClientTransport* transport = nullptr;
   };
@@ -92,6 +95,10 @@ class UcxChannel final : public Channel {
   void compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
                     std::uint64_t desired, std::uint64_t* old_value,
                     const CompletionPtr& completion) override;
+  void call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
+            const CompletionPtr& completion) override;
+  // Eager active messages, reassembled by UCX (rendezvous is off, see ucx_handles.cpp).
+  std::size_t max_call_payload() const override { return 4u << 20; }
   void peer_lost(const std::string& reason) override;
   std::optional<std::string> failure() const override;
   bool detects_peer_failure() const override { return peer_failure_detected_; }
@@ -102,15 +109,22 @@ class UcxChannel final : public Channel {
   bool usable(const CompletionPtr& completion, const char* op);  // under the lock
   void send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, const void* src,
                void* dst, std::size_t length, const CompletionPtr& completion, const char* op);
+  // `second`, if not empty, follows `payload` in the message.
   void send_request(unsigned id, const void* header, std::size_t header_length, const void* payload,
                     std::size_t payload_length, std::uint64_t token, const CompletionPtr& completion,
-                    const char* op);
+                    const char* op, std::span<const std::byte> second = {}, ucp_ep_h ep = nullptr);
   void atomic(AmAtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
               std::uint64_t compare, std::uint64_t* result, const CompletionPtr& completion);
 
   UcxClientTransport& transport_;
   std::string peer_;
   ucp_ep_h ep_ = nullptr;
+  // Over shared-memory RMA, a second endpoint (with peer-failure detection,
+  // so over TCP) carries what the server serves: calls and atomics. Active
+  // messages on the unguarded shared-memory endpoint, whose replies make the
+  // server connect back, stalled concurrent puts on it for seconds (UCX 1.13).
+  ucp_ep_h assisted_ep_ = nullptr;
+  ucp_ep_h assisted() const { return assisted_ep_ != nullptr ? assisted_ep_ : ep_; }
   bool use_am_ = false;                 // data through the server ("am") rather than RMA
   bool am_atomics_ = false;             // atomics through the server (no native atomic lane)
   bool peer_failure_detected_ = true;   // UCX reports the server's death on this endpoint

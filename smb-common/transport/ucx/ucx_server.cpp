@@ -16,6 +16,7 @@ struct ReplyContext {
   AmReplyHeader header{};
   std::shared_ptr<const void> owner;  // keeps the segment alive while sending from it
   std::uint64_t value = 0;            // atomics: the old value, sent from here
+  Bytes frame;                        // calls: the reply frame, sent from here
 };
 
 void reply_sent(void* /*request*/, ucs_status_t status, void* user_data) {
@@ -23,12 +24,18 @@ void reply_sent(void* /*request*/, ucs_status_t status, void* user_data) {
   if (status != UCS_OK) spdlog::debug("am reply not delivered: {}", ucs_status_string(status));
 }
 
-// `data` null with `length` 8 sends `value` (an atomic's old value).
+// `data` null with `length` 8 sends `value` (an atomic's old value); with
+// `frame` given, sends that.
 void send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data, std::size_t length,
-                std::shared_ptr<const void> owner, std::uint64_t value = 0) {
+                std::shared_ptr<const void> owner, std::uint64_t value = 0, Bytes frame = {}) {
   auto ctx = std::make_unique<ReplyContext>();
   ctx->value = value;
+  ctx->frame = std::move(frame);
   if (data == nullptr && length == sizeof value) data = &ctx->value;
+  if (!ctx->frame.empty()) {
+    data = ctx->frame.data();
+    length = ctx->frame.size();
+  }
   ctx->header.token = token;
   ctx->header.status = static_cast<std::int32_t>(status);
   ctx->header.length = length;
@@ -77,6 +84,7 @@ UcxServerTransport::UcxServerTransport()
   set_handler(kAmWrite, &UcxServerTransport::on_write);
   set_handler(kAmRead, &UcxServerTransport::on_read);
   set_handler(kAmAtomic, &UcxServerTransport::on_atomic);
+  set_handler(kAmCall, &UcxServerTransport::on_call);
 }
 
 UcxServerTransport::~UcxServerTransport() { stop(); }
@@ -96,8 +104,9 @@ std::unique_ptr<Registration> UcxServerTransport::register_memory(void* base, st
   return std::make_unique<UcxRegistration>(context_.get(), base, length);
 }
 
-void UcxServerTransport::start(SegmentResolver resolver) {
+void UcxServerTransport::start(SegmentResolver resolver, CallHandler calls) {
   resolver_ = std::move(resolver);
+  calls_ = std::move(calls);
   thread_.start([this](const std::stop_token& stop) { progress_loop(stop); });
 }
 
@@ -116,6 +125,7 @@ void UcxServerTransport::progress_loop(const std::stop_token& stop) {
   ev.data.fd = thread_.wake_fd();
   ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, thread_.wake_fd(), &ev);
   while (!stop.stop_requested()) {
+    send_queued_replies();
     while (ucp_worker_progress(worker_.get()) != 0) {
     }
     ucs_status_t status = ucp_worker_arm(worker_.get());
@@ -125,10 +135,53 @@ void UcxServerTransport::progress_loop(const std::stop_token& stop) {
       continue;
     }
     epoll_event events[2];
-    ::epoll_wait(epoll.get(), events, 2, 500);
+    const int n = ::epoll_wait(epoll.get(), events, 2, 500);
+    for (int i = 0; i < n; ++i)
+      if (events[i].data.fd == thread_.wake_fd()) thread_.clear_wake();
   }
   while (ucp_worker_progress(worker_.get()) != 0) {
   }
+}
+
+void UcxServerTransport::send_queued_replies() {
+  std::vector<QueuedReply> batch;
+  {
+    std::lock_guard lock(replies_mutex_);
+    batch.swap(replies_);
+  }
+  for (auto& r : batch) send_reply(r.ep, r.token, Errc::ok, nullptr, 0, {}, 0, std::move(r.frame));
+}
+
+// A call: the frame and payload are copied out (the handler may finish on
+// another thread), and the reply is queued for this thread to send.
+ucs_status_t UcxServerTransport::on_call(void* arg, const void* header, std::size_t header_length, void* data,
+                                         std::size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxServerTransport*>(arg);
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (rndv) ucp_am_data_release(self->worker_.get(), data);  // calls are eager (UCX_RNDV_THRESH=inf)
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
+  AmCallHeader h{};
+  if (header_length != sizeof h) {
+    send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
+    return UCS_OK;
+  }
+  std::memcpy(&h, header, sizeof h);
+  if (rndv || h.frame_length > length) {
+    send_reply(param->reply_ep, h.token, Errc::protocol, nullptr, 0, {});
+    return UCS_OK;
+  }
+  const auto* bytes = static_cast<const std::uint8_t*>(data);
+  Bytes frame(bytes, bytes + h.frame_length);
+  Bytes payload(bytes + h.frame_length, bytes + length);
+  self->calls_(std::move(frame), std::move(payload),
+               [self, ep = param->reply_ep, token = h.token](Bytes reply) {
+                 {
+                   std::lock_guard lock(self->replies_mutex_);
+                   self->replies_.push_back({ep, token, std::move(reply)});
+                 }
+                 self->thread_.wake();
+               });
+  return UCS_OK;
 }
 
 ucs_status_t UcxServerTransport::on_write(void* arg, const void* header, std::size_t header_length,

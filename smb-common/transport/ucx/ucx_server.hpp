@@ -1,12 +1,14 @@
 #pragma once
 // The daemon's side of the UCX transport: registrations, the progress loop,
-// and the server-assisted "am" data protocol (see am_wire.hpp).
+// the server-assisted "am" data protocol and calls (see am_wire.hpp).
 #include "transport/transport.hpp"
 #include "transport/ucx/ucx_handles.hpp"
 #include "util/fd.hpp"
 #include "util/service_thread.hpp"
 
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace smb::transport::ucx {
 
@@ -29,7 +31,7 @@ class UcxServerTransport final : public ServerTransport {
   std::string name() const override { return "ucx"; }
   const Bytes& address() const override { return address_; }
   std::unique_ptr<Registration> register_memory(void* base, std::size_t length) override;
-  void start(SegmentResolver resolver) override;
+  void start(SegmentResolver resolver, CallHandler calls) override;
   void stop() override;
 
  private:
@@ -37,18 +39,30 @@ class UcxServerTransport final : public ServerTransport {
                                std::size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t on_read(void* arg, const void* header, std::size_t header_length, void* data,
                               std::size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_call(void* arg, const void* header, std::size_t header_length, void* data,
+                              std::size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t on_atomic(void* arg, const void* header, std::size_t header_length, void* data,
                                 std::size_t length, const ucp_am_recv_param_t* param);
   template <class Header>
   bool take_header(const void* header, std::size_t header_length, void* data, const ucp_am_recv_param_t* param,
                    Header& out);
   void progress_loop(const std::stop_token& stop);
+  void send_queued_replies();
   void set_handler(unsigned id, ucp_am_recv_callback_t callback);
 
   ContextPtr context_;
   WorkerPtr worker_;  // touched only by the progress thread once started
   Bytes address_;
   SegmentResolver resolver_;
+  CallHandler calls_;
+  // Call replies come from other threads; the progress thread sends them.
+  struct QueuedReply {
+    ucp_ep_h ep;
+    std::uint64_t token;
+    Bytes frame;
+  };
+  std::mutex replies_mutex_;
+  std::vector<QueuedReply> replies_;
   util::ServiceThread thread_;  // last: stopped before the members its loop uses go
 };
 

@@ -359,3 +359,10 @@ void VerbsChannel::compare_swap(RemoteSegment& seg, std::uint64_t offset, std::u
 }
 
 }  // namespace smb::transport::verbs
+
+namespace smb::transport::verbs {
+void VerbsChannel::call(std::span<const std::uint8_t>, std::span<const std::byte>, Bytes*,
+                        const CompletionPtr& completion) {
+  completion->finish(Errc::invalid_argument, "server " + peer_ + ": calls are not carried by this transport");
+}
+}  // namespace smb::transport::verbs

@@ -68,6 +68,9 @@ class VerbsChannel final : public Channel {
   void compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
                     std::uint64_t desired, std::uint64_t* old_value,
                     const CompletionPtr& completion) override;
+  void call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
+            const CompletionPtr& completion) override;
+  std::size_t max_call_payload() const override { return 0; }
   void peer_lost(const std::string& reason) override;
   std::optional<std::string> failure() const override;
   // An RC QP errors out when the server stops answering, and rdma_cm reports

@@ -46,7 +46,7 @@ std::unique_ptr<Registration> VerbsServerTransport::register_memory(void* base, 
   return std::make_unique<VerbsRegistration>(pd_.get(), base, length);
 }
 
-void VerbsServerTransport::start(SegmentResolver /*resolver*/) {
+void VerbsServerTransport::start(SegmentResolver /*resolver*/, CallHandler /*calls*/) {
   // All ops are one-sided: nothing resolves segments on the server.
   thread_.start([this](const std::stop_token& stop) { event_loop(stop); });
 }

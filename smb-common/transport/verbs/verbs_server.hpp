@@ -31,7 +31,7 @@ class VerbsServerTransport final : public ServerTransport {
   std::string name() const override { return "verbs"; }
   const Bytes& address() const override { return address_; }
   std::unique_ptr<Registration> register_memory(void* base, std::size_t length) override;
-  void start(SegmentResolver resolver) override;
+  void start(SegmentResolver resolver, CallHandler calls) override;
   void stop() override;
 
  private:
