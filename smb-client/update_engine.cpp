@@ -7,9 +7,13 @@
 //   NAME/group/G       group G's slots: one per member (allreduce) and one
 //                      the root broadcasts through
 //   NAME/sum/0, /1     synchronous mode: alternating sums of the roots' W
+//   NAME/nccl-id/G     GPU groups: the NCCL id the root hands its members
+// GPU groups (cuda_device >= 0) replace the group's slots with NCCL
+// (gpu/gpu_group.hpp); the root exchanges through a host copy of W.
 #include <smb/update_engine.hpp>
 
-#include <algorithm>
+#include "gpu/gpu_group.hpp"
+
 #include <stdexcept>
 
 namespace smb {
@@ -30,7 +34,10 @@ UpdateEngine::UpdateEngine(Client& client, EngineConfig config)
   if (c.group_size == 0 || c.group_rank >= c.group_size) bad("group_rank must be below group_size");
   if (c.tau == 0) bad("tau must be at least 1");
   if (!(c.alpha > 0 && c.alpha <= 1)) bad("alpha must be in (0, 1]");
-  scratch_.resize(static_cast<std::size_t>(c.parameters) * std::max<std::uint32_t>(c.group_size, 1));
+  if (c.cuda_device < -1) bad("cuda_device must be -1 (host memory) or a CUDA device number");
+  if (c.cuda_device >= 0) gpu_ = gpu::GpuGroup::open(config_);
+  // Host groups read every member's slot into scratch; GPU groups only need Wg there.
+  scratch_.resize(static_cast<std::size_t>(c.parameters) * (gpu_ ? 1 : c.group_size));
 }
 
 UpdateEngine::~UpdateEngine() {
@@ -57,26 +64,41 @@ void UpdateEngine::initialize(std::span<float> params) {
   if (params.size() != config_.parameters) throw Error(Errc::invalid_argument, "initialize: wrong parameter count");
   const auto& c = config_;
   const std::string group = std::to_string(c.group);
+  // GPU groups: the fabric sees a host copy of the device parameters.
+  std::span<float> host = params;
+  if (gpu_) {
+    gpu_->check_device_span(params, "initialize");
+    gpu_->connect(client_, c.name + "/nccl-id/" + group, barrier_name("nccl-id"));
+    host = gpu_->staging();
+    if (root() && c.group == 0) gpu_->to_staging(params, "initialize");
+  }
   if (root()) {
-    group_area_ = client_.open_or_create(c.name + "/group/" + group, bytes_ * (c.group_size + 1));
+    if (!gpu_) group_area_ = client_.open_or_create(c.name + "/group/" + group, bytes_ * (c.group_size + 1));
     delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_);
     for (int k = 0; k < 2 && c.mode == UpdateMode::synchronous; ++k)
       sums_[k] = client_.open_or_create(c.name + "/sum/" + std::to_string(k), bytes_);
     if (c.group == 0) {
       global_ = client_.open_or_create(c.name + "/global", bytes_);
-      global_.write(0, bytes_of(std::span<const float>(params)));
+      global_.write(0, bytes_of(std::span<const float>(host)));
       for (auto& sum : sums_)
         if (sum.valid()) sum.apply(VectorOp::scale, DType::f32, 0, c.parameters, 0.0);
     }
   }
   client_.barrier(c.name + "/init", c.groups * c.group_size, c.timeout);
   if (!global_.valid()) global_ = client_.open(c.name + "/global");
-  if (!group_area_.valid()) group_area_ = client_.open(c.name + "/group/" + group);
-  global_.read(0, bytes_of(params));
-  if (c.mode == UpdateMode::downpour && root()) last_pull_.assign(params.begin(), params.end());
+  if (!gpu_ && !group_area_.valid()) group_area_ = client_.open(c.name + "/group/" + group);
+  global_.read(0, bytes_of(host));
+  if (gpu_) gpu_->from_staging(params, "initialize");
+  if (c.mode == UpdateMode::downpour && root()) last_pull_.assign(host.begin(), host.end());
 }
 
 void UpdateEngine::allreduce(std::span<float> grads) {
+  if (grads.size() != config_.parameters) throw Error(Errc::invalid_argument, "allreduce: wrong parameter count");
+  if (gpu_) {
+    gpu_->check_device_span(grads, "allreduce");
+    gpu_->allreduce_average(grads, "allreduce");
+    return;
+  }
   if (config_.group_size == 1) return;
   const std::uint64_t n = config_.parameters;
   group_area_.write(config_.group_rank * bytes_, bytes_of(std::span<const float>(grads)));
@@ -93,7 +115,17 @@ void UpdateEngine::allreduce(std::span<float> grads) {
 
 void UpdateEngine::after_step(std::span<float> params) {
   if (params.size() != config_.parameters) throw Error(Errc::invalid_argument, "after_step: wrong parameter count");
+  if (gpu_) gpu_->check_device_span(params, "after_step");
   if (++steps_ % config_.tau != 0) return;
+  if (gpu_) {
+    if (root()) {
+      gpu_->to_staging(params, "after_step");
+      exchange(gpu_->staging());
+      gpu_->from_staging(params, "after_step");
+    }
+    gpu_->broadcast_from_root(params, "after_step");
+    return;
+  }
   if (root()) exchange(params);
   broadcast_in_group(params);
 }
@@ -154,7 +186,13 @@ void UpdateEngine::broadcast_in_group(std::span<float> params) {
 
 void UpdateEngine::global_weights(std::span<float> out) {
   if (out.size() != config_.parameters) throw Error(Errc::invalid_argument, "global_weights: wrong parameter count");
+  if (gpu_) gpu_->check_device_span(out, "global_weights");
   finish_pending();
+  if (gpu_) {
+    global_.read(0, bytes_of(gpu_->staging()));
+    gpu_->from_staging(out, "global_weights");
+    return;
+  }
   global_.read(0, bytes_of(out));
 }
 

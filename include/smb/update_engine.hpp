@@ -13,15 +13,28 @@
 //   synchronous  every root pushes W / groups into a sum, barrier, all pull.
 // Global weights start as the first worker's (a broadcast through the
 // fabric); read the final averaged model with global_weights().
+//
+// GPU groups (EngineConfig::cuda_device >= 0, libsmb built with CUDA and
+// NCCL): every span given to the engine, `out` of global_weights() included,
+// is device memory on that device. The group averages and broadcasts with
+// NCCL; the root's exchange with the global weights goes through a host copy.
+// The engine's copies and collectives run on a stream of its own that waits
+// for the legacy default stream; work of the caller's on other streams must
+// be finished before a call. Calls return when the result is in the spans.
 #include <smb/client.hpp>
 
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace smb {
+
+namespace gpu {
+class GpuGroup;  // smb-client/gpu/: CUDA and NCCL, where libsmb is built with them
+}
 
 enum class UpdateMode { seasgd, downpour, synchronous };
 
@@ -36,6 +49,12 @@ struct EngineConfig {
   double alpha = 0.2;             // seasgd moving rate
   std::uint32_t tau = 1;          // steps between exchanges with the global weights
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // longest wait at a barrier
+  // -1: the spans are host memory, and the group reduces through the fabric.
+  // >= 0: the spans are device memory on this CUDA device, and the group
+  // all-reduces and broadcasts with NCCL. Needs libsmb built with CUDA
+  // (SMB_WITH_CUDA) and the device present: the constructor says which is
+  // missing (Errc::invalid_argument).
+  int cuda_device = -1;
 };
 
 class UpdateEngine {
@@ -53,7 +72,8 @@ class UpdateEngine {
   // After the local optimizer step: every tau steps the root exchanges with
   // the global weights and the group adopts the root's parameters.
   void after_step(std::span<float> params);
-  // The global weights as they are now (waits for this worker's pending update).
+  // The global weights as they are now (waits for this worker's pending
+  // update). With cuda_device set, `out` is device memory too.
   void global_weights(std::span<float> out);
 
  private:
@@ -77,6 +97,7 @@ class UpdateEngine {
   std::vector<float> push_;        // what the overlapped push sends (kept until it is done)
   std::vector<float> last_pull_;   // downpour
   std::future<void> pending_;      // seasgd/downpour: the overlapped push
+  std::unique_ptr<gpu::GpuGroup> gpu_;  // cuda_device >= 0: NCCL group, stream, host staging
 };
 
 }  // namespace smb
