@@ -92,7 +92,7 @@ TEST_P(ControlPlaneTest, StatusShowsEachServersShare) {
     EXPECT_EQ(layout.shares[i], size / static_cast<std::uint64_t>(server_count()));
     EXPECT_EQ(s.used, round_up(layout.shares[i])) << s.address;
     EXPECT_EQ(s.capacity, 64u << 20) << s.address;
-    EXPECT_EQ(s.transport, "ucx");
+    EXPECT_EQ(s.transport, fabric_transport());
     EXPECT_GE(s.clients, 1u);
     const auto* b = find_buffer(s, "model");
     ASSERT_NE(b, nullptr) << s.address << " does not list the buffer";

@@ -26,6 +26,9 @@
 #                the two ends of a veth pair, client and servers on different
 #                devices: ibv_rc_pingpong across, then 2 smbd on one device
 #                and smb-bench on the other, striped write/read/fetch-add
+#   integration-native  (only with --native-integration-tests) the GoogleTest
+#                integration binary with SMB_TEST_NATIVE_VERBS: its shm fabrics'
+#                daemons and clients use the native verbs transport on DEV
 #   integration  (only with --integration-tests) the GoogleTest integration
 #                binary's shm fabric with UCX restricted to the RDMA device,
 #                so its data moves over rc_verbs instead of shared memory
@@ -39,6 +42,8 @@
 #   --smb-bench PATH          smb-bench binary ($SMB_BENCH; default build/ci/tools/smb-bench)
 #   --integration-tests PATH  also run this smb_integration_tests binary ($SMB_INTEGRATION_TESTS)
 #   --gtest-filter FILTER     which integration tests (default: '*shm_1server*')
+#   --native-integration-tests PATH  run this smb_integration_tests binary over native verbs
+#   --native-gtest-filter FILTER     which of them (default: every shm fabric test)
 #   --device DEV              RDMA device ($SMB_RDMA_DEVICE; default: the first one)
 #   --address IP              IPv4 address of DEV's netdev for smbd (default: looked up)
 #   --two-host / --no-two-host  force the two-host case on or off (default: on in the VM only)
@@ -56,6 +61,8 @@ SMBD=${SMBD:-$ROOT/build/ci/smb-server/smbd}
 SMB_BENCH=${SMB_BENCH:-$ROOT/build/ci/tools/smb-bench}
 INTEGRATION=${SMB_INTEGRATION_TESTS:-}
 GTEST_FILTER='*shm_1server*'
+NATIVE_INTEGRATION=""
+NATIVE_FILTER='*shm_*'
 DEV=${SMB_RDMA_DEVICE:-}
 ADDR=""
 TWO_HOST=$([[ ${SMB_SOFTROCE_VM:-} == 1 ]] && echo 1 || echo 0)
@@ -72,6 +79,8 @@ while (($# > 0)); do
     --smb-bench) SMB_BENCH=$2; shift ;;
     --integration-tests) INTEGRATION=$2; shift ;;
     --gtest-filter) GTEST_FILTER=$2; shift ;;
+    --native-integration-tests) NATIVE_INTEGRATION=$2; shift ;;
+    --native-gtest-filter) NATIVE_FILTER=$2; shift ;;
     --device) DEV=$2; shift ;;
     --address) ADDR=$2; shift ;;
     --two-host) TWO_HOST=1 ;;
@@ -323,6 +332,9 @@ smb_over_verbs() {
   start_smbd "smbd-$tag" "$ADDR:0" "${env[@]}" || return 1
   local pid=${PIDS[-1]}
   round_trip "$tag" "$expect" "$SMBD_ADDRESS" "${env[@]}" || rc=1
+  # Server-side ops: x goes to smbd as a SEND (a call), the reply comes back as one.
+  bench "$tag-accumulate" "$expect" "${env[@]}" -- --servers "$SMBD_ADDRESS" --op accumulate --size 1M --iters 3 \
+    --verify || rc=1
   stop_pids "$pid"
   return $rc
 }
@@ -434,6 +446,17 @@ case_integration() {
   ((rc == 0)) || { fail "integration tests exited with status $rc"; return 1; }
 }
 
+case_integration_native() {
+  [[ -x $NATIVE_INTEGRATION ]] || { fail "no integration test binary at $NATIVE_INTEGRATION"; return 1; }
+  [[ -n $ADDR ]] || { fail "no IPv4 address on $DEV's interface for smbd"; return 1; }
+  say "$NATIVE_INTEGRATION --gtest_filter=$NATIVE_FILTER with SMB_TEST_NATIVE_VERBS=$ADDR SMB_RDMA_DEVICE=$DEV"
+  SMB_TEST_NATIVE_VERBS="$ADDR" SMB_RDMA_DEVICE="$DEV" timeout -k 5 900 "$NATIVE_INTEGRATION" \
+    --gtest_filter="$NATIVE_FILTER" --gtest_brief=1 >"$LOGS/integration-native.log" 2>&1
+  local rc=$?
+  tail -n 60 "$LOGS/integration-native.log"
+  ((rc == 0)) || { fail "native verbs integration tests exited with status $rc"; return 1; }
+}
+
 # --- main --------------------------------------------------------------------
 
 [[ -x $SMBD ]] || { echo "suite: no smbd at $SMBD (build it, or give --smbd)"; exit 1; }
@@ -452,6 +475,7 @@ if ((${#FAILED[@]} == 0)); then
   ((NATIVE_VERBS)) && run_case smb-native-verbs case_smb_native_verbs
   ((TWO_HOST)) && run_case two-host case_two_host
   ((TWO_HOST && NATIVE_VERBS)) && run_case two-host-native case_two_host_native
+  [[ -n $NATIVE_INTEGRATION ]] && ((NATIVE_VERBS)) && run_case integration-native case_integration_native
   [[ -n $INTEGRATION ]] && run_case integration case_integration
 fi
 cleanup

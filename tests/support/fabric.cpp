@@ -1,5 +1,6 @@
 #include "fabric.hpp"
 
+#include <cstdlib>
 #include <stdexcept>
 
 namespace smb::test {
@@ -38,8 +39,20 @@ void FabricTest::SetUp() {
   // Nothing from the caller's shell may redirect the tests elsewhere.
   for (const char* name : {"SMB_SERVERS", "SMB_TRANSPORT", "SMB_DATA_PROTOCOL"}) env_.unset(name);
 
+  // SMB_TEST_NATIVE_VERBS=IP (the soft-RoCE suite sets it in its VM): the
+  // daemons serve the native verbs transport on the RDMA interface that has
+  // address IP, and clients and tools follow. Only the shm fabrics run then;
+  // the tcp ones would repeat them.
+  SmbdOptions daemon;
+  if (const char* ip = std::getenv("SMB_TEST_NATIVE_VERBS"); ip != nullptr && *ip != '\0') {
+    if (GetParam().path == DataPath::tcp) GTEST_SKIP() << "native verbs mode (SMB_TEST_NATIVE_VERBS) runs the shm fabrics only";
+    daemon.listen = std::string(ip) + ":0";
+    daemon.extra_args = {"--transport", "verbs"};
+    env_.set("SMB_TRANSPORT", "verbs");
+    native_verbs_ = true;
+  }
   try {
-    for (int i = 0; i < GetParam().servers; ++i) servers_.push_back(std::make_unique<SmbdProcess>());
+    for (int i = 0; i < GetParam().servers; ++i) servers_.push_back(std::make_unique<SmbdProcess>(daemon));
   } catch (const std::exception& e) {
     GTEST_FAIL() << "could not start smbd: " << e.what();
   }

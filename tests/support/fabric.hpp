@@ -10,6 +10,9 @@
 //        active-message protocol when it chooses that).
 // Every test gets its own servers, so buffer names never collide across
 // tests and a daemon a test breaks cannot affect another.
+//
+// With SMB_TEST_NATIVE_VERBS=IP (set by the soft-RoCE suite in its VM), the
+// shm fabrics run over the native verbs transport instead (fabric.cpp).
 #include "process.hpp"
 #include "scoped_env.hpp"
 #include "smbd_process.hpp"
@@ -55,6 +58,8 @@ class FabricTest : public testing::TestWithParam<FabricParam> {
   void TearDown() override;
 
   int server_count() const { return GetParam().servers; }
+  // The transport the fabric's daemons serve: "ucx", or "verbs" in native verbs mode.
+  std::string fabric_transport() const { return native_verbs_ ? "verbs" : "ucx"; }
   SmbdProcess& server(std::size_t index) { return *servers_.at(index); }
   std::vector<std::string> addresses() const;
   std::string server_list() const;  // "h:p,h:p", as --servers takes it
@@ -69,6 +74,7 @@ class FabricTest : public testing::TestWithParam<FabricParam> {
  private:
   ScopedEnv env_;  // first member: restored only after the servers are gone
   std::vector<std::unique_ptr<SmbdProcess>> servers_;
+  bool native_verbs_ = false;
 };
 
 }  // namespace smb::test

@@ -1,5 +1,7 @@
 #include "transport/verbs/verbs_client.hpp"
 
+#include "transport/verbs/call_wire.hpp"
+
 #include <netdb.h>
 #include <spdlog/spdlog.h>
 
@@ -16,6 +18,9 @@ namespace {
 constexpr std::uint32_t kDepth = 64;
 constexpr std::size_t kSlot = 128 * 1024;
 constexpr auto kCmTimeout = std::chrono::milliseconds(5000);
+constexpr std::uint64_t kRecvBit = 1ull << 32;  // wr_id of a receive: kRecvBit | slot
+static_assert(kCallMessage <= kSlot, "a call is sent from one staging slot");
+constexpr std::uint32_t kSignalEvery = 16;  // at most this many WRs per completion (selective signalling)
 
 // The server's host from "host:port" (the control-plane peer).
 std::string host_of(const std::string& peer) {
@@ -128,10 +133,16 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
   ibv_context* context = id_->verbs;
   device_ = device_name(context);
   pd_ = make_pd(context, "libsmb");
-  cq_ = make_cq(context, static_cast<int>(kDepth) + 1, "libsmb");
+  cq_ = make_cq(context, static_cast<int>(kDepth + kCallCredits) + 1, "libsmb");
   staging_.resize(kDepth * kSlot);
   staging_mr_ = register_mr(pd_.get(), staging_.data(), staging_.size(), IBV_ACCESS_LOCAL_WRITE, "libsmb");
-  create_qp(id_.get(), pd_.get(), cq_.get(), kDepth, "libsmb");
+  replies_.resize(kCallCredits * kReplyMessage);
+  replies_mr_ = register_mr(pd_.get(), replies_.data(), replies_.size(), IBV_ACCESS_LOCAL_WRITE, "libsmb");
+  create_qp(id_.get(), pd_.get(), cq_.get(), kDepth, kCallCredits, "libsmb");
+  for (std::uint32_t i = 0; i < kCallCredits; ++i)
+    if (!post_recv(id_->qp, replies_mr_.get(), replies_.data() + std::size_t{i} * kReplyMessage, kReplyMessage,
+                   kRecvBit | i))
+      throw_errno(where + ": ibv_post_recv", errno);
   in_flight_.resize(kDepth);
   for (std::uint32_t i = kDepth; i > 0; --i) free_slots_.push_back(i - 1);
 
@@ -164,7 +175,7 @@ VerbsChannel::~VerbsChannel() {
 }
 
 std::string VerbsChannel::describe() const {
-  return "verbs rdma via " + device_ + " (rc, one-sided read/write/atomics)";
+  return "verbs rdma via " + device_ + " (rc, one-sided read/write/atomics, calls by send/recv)";
 }
 
 void VerbsChannel::peer_lost(const std::string& reason) {
@@ -186,11 +197,16 @@ void VerbsChannel::fail(Errc code, const std::string& message) {
     failure_ = message;
     if (code == Errc::server_gone) spdlog::warn("libsmb: {}", message);
   }
-  for (auto& p : backlog_) p.completion->finish(code, failure_);
+  // A call's completion is its PendingCall's to finish, not its SEND's.
+  for (auto& p : backlog_)
+    if (p.opcode != IBV_WR_SEND) p.completion->finish(code, failure_);
   backlog_.clear();
   // Slots stay taken: the NIC may still flush into them, and nothing is posted again.
   for (auto& slot : in_flight_)
-    if (slot && slot->completion) std::exchange(slot->completion, nullptr)->finish(code, failure_);
+    if (slot && slot->completion && slot->opcode != IBV_WR_SEND)
+      std::exchange(slot->completion, nullptr)->finish(code, failure_);
+  for (auto& [token, call] : calls_) call.completion->finish(code, failure_);
+  calls_.clear();
 }
 
 void VerbsChannel::drop(const Completion& completion) {
@@ -198,6 +214,7 @@ void VerbsChannel::drop(const Completion& completion) {
   // In flight: keep the slot until the NIC is done, but forget the caller.
   for (auto& slot : in_flight_)
     if (slot && slot->completion.get() == &completion) slot->completion = nullptr;
+  std::erase_if(calls_, [&](const auto& entry) { return entry.second.completion.get() == &completion; });
 }
 
 bool VerbsChannel::usable(const CompletionPtr& completion, const char* op) {
@@ -222,46 +239,89 @@ int VerbsChannel::poll_completions() {
   const int n = ibv_poll_cq(cq_.get(), 16, wc);
   for (int i = 0; i < n; ++i) {
     const auto slot = static_cast<std::uint32_t>(wc[i].wr_id);
+    if (wc[i].wr_id & kRecvBit) {
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        if (!failed_) fail(errc_of(wc[i].status), "server " + peer_ + ": receiving a reply failed: " +
+                                                      ibv_wc_status_str(wc[i].status));
+        continue;
+      }
+      on_reply(slot, wc[i].byte_len);
+      continue;
+    }
     if (slot >= kDepth || !in_flight_[slot]) continue;
-    Piece piece = std::move(*in_flight_[slot]);
-    in_flight_[slot].reset();
     if (wc[i].status != IBV_WC_SUCCESS) {
+      Piece piece = std::move(*in_flight_[slot]);
+      in_flight_[slot].reset();
       const Errc code = errc_of(wc[i].status);
       const std::string message = "server " + peer_ + (code == Errc::server_gone ? " is gone" : "") +
                                   ": RDMA op failed: " + ibv_wc_status_str(wc[i].status);
-      if (piece.completion) piece.completion->finish(code, message);
-      fail(code, message);
+      if (piece.completion && piece.opcode != IBV_WR_SEND) piece.completion->finish(code, message);
+      fail(code, message);  // calls included
       continue;
     }
-    free_slots_.push_back(slot);
-    if (!piece.completion) continue;  // abandoned: the caller's memory is not ours any more
-    const std::byte* staged = staging_.data() + std::size_t{slot} * kSlot;
-    if (piece.opcode == IBV_WR_RDMA_READ)
-      std::memcpy(piece.dst, staged, piece.length);
-    else if (piece.opcode != IBV_WR_RDMA_WRITE)
-      std::memcpy(piece.dst, staged, sizeof(std::uint64_t));
-    piece.completion->finish();
+    // An RC send queue completes in order: this signalled WR's success means
+    // every WR posted before it, signalled or not, is done too.
+    while (!posted_.empty()) {
+      const std::uint32_t done = posted_.front();
+      posted_.pop_front();
+      complete(done);
+      if (done == slot) break;
+    }
   }
   return std::max(n, 0);
 }
 
-// Posts backlog pieces while slots (send-queue entries) are free. Every WR is
-// signalled: its completion frees its slot, and for RC a signalled WRITE's
-// completion means the data is placed at the server, i.e. visible.
+// The WR in `slot` succeeded: free the slot, deliver what it read, finish its op.
+void VerbsChannel::complete(std::uint32_t slot) {
+  if (!in_flight_[slot]) return;
+  Piece piece = std::move(*in_flight_[slot]);
+  in_flight_[slot].reset();
+  free_slots_.push_back(slot);
+  // Abandoned: the caller's memory is not ours any more. Calls: the reply finishes them.
+  if (!piece.completion || piece.opcode == IBV_WR_SEND) return;
+  const std::byte* staged = staging_.data() + std::size_t{slot} * kSlot;
+  if (piece.opcode == IBV_WR_RDMA_READ)
+    std::memcpy(piece.dst, staged, piece.length);
+  else if (piece.opcode != IBV_WR_RDMA_WRITE)
+    std::memcpy(piece.dst, staged, sizeof(std::uint64_t));
+  piece.completion->finish();
+}
+
+// Posts backlog pieces while slots (send-queue entries) are free. Selective
+// signalling: a WR asks for a completion only every kSignalEvery WRs, when
+// it is the last one queued, or when it takes the last free slot; its
+// completion then frees its slot and those of the unsignalled WRs before it
+// (poll_completions). For RC a WRITE completes once its data is placed at
+// the server, i.e. visible. The rules guarantee the newest WR posted is
+// always signalled, so no op waits for a completion that never comes.
 void VerbsChannel::pump() {
   while (!failed_ && !backlog_.empty() && !free_slots_.empty()) {
     Piece& piece = backlog_.front();
+    const bool send = piece.opcode == IBV_WR_SEND;
+    if (send && credits_used_ >= kCallCredits) break;  // the server has no receive posted for more
     const std::uint32_t slot = free_slots_.back();
     std::byte* staged = staging_.data() + std::size_t{slot} * kSlot;
     const bool atomic = piece.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || piece.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    std::uint32_t length = atomic ? 8u : piece.length;
     if (piece.opcode == IBV_WR_RDMA_WRITE) std::memcpy(staged, piece.src, piece.length);
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(staged), atomic ? 8u : piece.length, staging_mr_->lkey};
+    if (send) {
+      std::memcpy(staged, piece.message.data(), piece.message.size());
+      if (piece.length != 0) std::memcpy(staged + piece.message.size(), piece.src, piece.length);
+      length += static_cast<std::uint32_t>(piece.message.size());
+    }
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(staged), length, staging_mr_->lkey};
     ibv_send_wr wr{};
     wr.wr_id = slot;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = piece.opcode;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    // (A call next in line may have to wait for a credit: do not leave this WR unsignalled behind it.)
+    const bool signalled = ++unsignalled_ >= kSignalEvery || backlog_.size() == 1 || free_slots_.size() == 1 ||
+                           backlog_[1].opcode == IBV_WR_SEND;
+    if (signalled) {
+      wr.send_flags = IBV_SEND_SIGNALED;
+      unsignalled_ = 0;
+    }
     if (atomic) {
       wr.wr.atomic.remote_addr = piece.remote;
       wr.wr.atomic.rkey = piece.rkey;
@@ -277,6 +337,8 @@ void VerbsChannel::pump() {
       return;
     }
     free_slots_.pop_back();
+    posted_.push_back(slot);
+    if (send) ++credits_used_;
     in_flight_[slot] = std::move(piece);
     backlog_.pop_front();
   }
@@ -358,11 +420,50 @@ void VerbsChannel::compare_swap(RemoteSegment& seg, std::uint64_t offset, std::u
   atomic(IBV_WR_ATOMIC_CMP_AND_SWP, "compare-swap", seg, offset, desired, expected, old_value, completion);
 }
 
-}  // namespace smb::transport::verbs
+// ---------------------------------------------------------------- calls
 
-namespace smb::transport::verbs {
-void VerbsChannel::call(std::span<const std::uint8_t>, std::span<const std::byte>, Bytes*,
+std::size_t VerbsChannel::max_call_payload() const { return kCallMessage - sizeof(CallHeader) - kCallFrameRoom; }
+
+void VerbsChannel::call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
                         const CompletionPtr& completion) {
-  completion->finish(Errc::invalid_argument, "server " + peer_ + ": calls are not carried by this transport");
+  std::lock_guard lock(transport_.mutex_);
+  if (!usable(completion, "call")) return;
+  if (frame.size() > kCallFrameRoom || payload.size() > max_call_payload())
+    return completion->finish(Errc::invalid_argument, "server " + peer_ + ": call too large for one message");
+  const std::uint64_t token = next_token_++;
+  calls_.emplace(token, PendingCall{completion, reply});
+  Piece p{completion, IBV_WR_SEND, 0, 0, payload.data(), nullptr, static_cast<std::uint32_t>(payload.size()), 0, 0};
+  const CallHeader header{token, static_cast<std::uint32_t>(frame.size()), 0};
+  p.message.resize(sizeof header + frame.size());
+  std::memcpy(p.message.data(), &header, sizeof header);
+  std::memcpy(p.message.data() + sizeof header, frame.data(), frame.size());
+  enqueue(std::move(p));
 }
+
+// A reply landed in receive `slot`: finish its call (if still wanted), give
+// the credit back and repost the receive.
+void VerbsChannel::on_reply(std::uint32_t slot, std::size_t length) {
+  std::byte* message = replies_.data() + std::size_t{slot} * kReplyMessage;
+  if (credits_used_ > 0) --credits_used_;
+  CallHeader header{};
+  if (length >= sizeof header) {
+    std::memcpy(&header, message, sizeof header);
+    auto it = calls_.find(header.token);
+    if (it != calls_.end()) {
+      auto call = std::move(it->second);
+      calls_.erase(it);
+      if (header.frame_length > length - sizeof header) {
+        call.completion->finish(Errc::protocol, "server " + peer_ + ": truncated call reply");
+      } else {
+        const auto* bytes = reinterpret_cast<const std::uint8_t*>(message) + sizeof header;
+        call.reply->assign(bytes, bytes + header.frame_length);
+        call.completion->finish();
+      }
+    }
+  }
+  if (!post_recv(id_->qp, replies_mr_.get(), message, kReplyMessage, kRecvBit | slot))
+    fail(Errc::transport, "server " + peer_ + ": ibv_post_recv failed");
+  pump();  // a credit came back: queued calls may go
+}
+
 }  // namespace smb::transport::verbs

@@ -9,12 +9,16 @@
 // a slot and is copied out on completion, so an abandoned op can never write
 // into the caller's memory late. Ops wait in a backlog while every slot (and
 // so every send-queue entry) is busy: the send queue is bounded by design.
+//
+// Calls go out as SENDs from a slot; their replies land in receives posted
+// at connect (call_wire.hpp), at most kCallCredits calls unanswered.
 #include "transport/transport.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 namespace smb::transport::verbs {
@@ -70,7 +74,7 @@ class VerbsChannel final : public Channel {
                     const CompletionPtr& completion) override;
   void call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
             const CompletionPtr& completion) override;
-  std::size_t max_call_payload() const override { return 0; }
+  std::size_t max_call_payload() const override;
   void peer_lost(const std::string& reason) override;
   std::optional<std::string> failure() const override;
   // An RC QP errors out when the server stops answering, and rdma_cm reports
@@ -94,6 +98,12 @@ class VerbsChannel final : public Channel {
     std::uint32_t length = 0;
     std::uint64_t operand = 0;  // fetch-add: the addend; compare-swap: the new value
     std::uint64_t compare = 0;
+    Bytes message{};  // calls (IBV_WR_SEND): header and frame; the payload is src/length
+  };
+  // A call sent (or queued), until its reply arrives.
+  struct PendingCall {
+    CompletionPtr completion;
+    Bytes* reply = nullptr;
   };
 
   // All under transport_.mutex_.
@@ -101,6 +111,8 @@ class VerbsChannel final : public Channel {
   void split(Piece piece, std::size_t length);
   void pump();
   int poll_completions();
+  void complete(std::uint32_t slot);
+  void on_reply(std::uint32_t slot, std::size_t length);
   void poll_cm_events();
   void fail(Errc code, const std::string& message);
   void drop(const Completion& completion);
@@ -114,10 +126,17 @@ class VerbsChannel final : public Channel {
   CqPtr cq_;
   std::vector<std::byte> staging_;
   MrPtr staging_mr_;
+  std::vector<std::byte> replies_;  // kCallCredits receives of kReplyMessage
+  MrPtr replies_mr_;
   IdPtr id_;
   std::vector<std::optional<Piece>> in_flight_;  // by slot (= wr_id)
   std::vector<std::uint32_t> free_slots_;
   std::deque<Piece> backlog_;
+  std::deque<std::uint32_t> posted_;  // slots in flight, in posting order
+  std::uint32_t unsignalled_ = 0;     // WRs posted since the last signalled one
+  std::unordered_map<std::uint64_t, PendingCall> calls_;  // by token
+  std::uint64_t next_token_ = 1;
+  std::uint32_t credits_used_ = 0;  // calls sent whose reply has not come (abandoned ones too)
   std::string device_;
   bool failed_ = false;
   std::string failure_;

@@ -69,10 +69,28 @@ PdPtr make_pd(ibv_context* context, const char* who) {
   return pd;
 }
 
-CqPtr make_cq(ibv_context* context, int entries, const char* who) {
-  CqPtr cq(ibv_create_cq(context, entries, nullptr, nullptr, 0));
+CqPtr make_cq(ibv_context* context, int entries, const char* who, ibv_comp_channel* channel, void* owner) {
+  CqPtr cq(ibv_create_cq(context, entries, owner, channel, 0));
   if (!cq) throw_errno(std::string(who) + ": ibv_create_cq on " + device_name(context), errno);
   return cq;
+}
+
+CompChannelPtr make_comp_channel(ibv_context* context, const char* who) {
+  CompChannelPtr channel(ibv_create_comp_channel(context));
+  if (!channel) throw_errno(std::string(who) + ": ibv_create_comp_channel on " + device_name(context), errno);
+  const int flags = ::fcntl(channel->fd, F_GETFL);
+  ::fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK);
+  return channel;
+}
+
+bool post_recv(ibv_qp* qp, ibv_mr* mr, std::byte* buffer, std::size_t length, std::uint64_t wr_id) {
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(buffer), static_cast<std::uint32_t>(length), mr->lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(qp, &wr, &bad) == 0;
 }
 
 MrPtr register_mr(ibv_pd* pd, void* base, std::size_t length, int access, const char* who) {
@@ -86,14 +104,15 @@ MrPtr register_mr(ibv_pd* pd, void* base, std::size_t length, int access, const 
   return mr;
 }
 
-void create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, std::uint32_t depth, const char* who) {
+void create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, std::uint32_t send_depth, std::uint32_t recv_depth,
+               const char* who) {
   ibv_qp_init_attr attr{};
   attr.send_cq = cq;
   attr.recv_cq = cq;
   attr.qp_type = IBV_QPT_RC;
   attr.sq_sig_all = 0;
-  attr.cap.max_send_wr = depth;
-  attr.cap.max_recv_wr = 1;  // one-sided only: nothing is ever received
+  attr.cap.max_send_wr = send_depth;
+  attr.cap.max_recv_wr = std::max<std::uint32_t>(recv_depth, 1);
   attr.cap.max_send_sge = 1;
   attr.cap.max_recv_sge = 1;
   if (rdma_create_qp(id, pd, &attr) != 0) throw_errno(std::string(who) + ": rdma_create_qp", errno);

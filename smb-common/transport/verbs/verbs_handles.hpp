@@ -33,6 +33,7 @@ struct IdDeleter { void operator()(rdma_cm_id* id) const; };  // destroys its QP
 struct PdDeleter { void operator()(ibv_pd* pd) const { ibv_dealloc_pd(pd); } };
 struct CqDeleter { void operator()(ibv_cq* cq) const { ibv_destroy_cq(cq); } };
 struct MrDeleter { void operator()(ibv_mr* mr) const { ibv_dereg_mr(mr); } };
+struct CompChannelDeleter { void operator()(ibv_comp_channel* c) const { ibv_destroy_comp_channel(c); } };
 struct DevicesDeleter { void operator()(ibv_context** list) const { rdma_free_devices(list); } };
 
 using EventChannelPtr = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
@@ -40,16 +41,24 @@ using IdPtr = std::unique_ptr<rdma_cm_id, IdDeleter>;
 using PdPtr = std::unique_ptr<ibv_pd, PdDeleter>;
 using CqPtr = std::unique_ptr<ibv_cq, CqDeleter>;
 using MrPtr = std::unique_ptr<ibv_mr, MrDeleter>;
+using CompChannelPtr = std::unique_ptr<ibv_comp_channel, CompChannelDeleter>;
 
 // A non-blocking event channel (so a progress loop can poll it) and an id on it.
 EventChannelPtr make_event_channel(const char* who);
 IdPtr make_id(rdma_event_channel* channel, void* context, const char* who);
 PdPtr make_pd(ibv_context* context, const char* who);
-CqPtr make_cq(ibv_context* context, int entries, const char* who);
+// A CQ; with `channel`, it reports completions there (armed by the caller), with `owner` as its context.
+CqPtr make_cq(ibv_context* context, int entries, const char* who, ibv_comp_channel* channel = nullptr,
+              void* owner = nullptr);
+// A completion channel whose fd a loop can poll (non-blocking).
+CompChannelPtr make_comp_channel(ibv_context* context, const char* who);
 // ibv_reg_mr; ENOMEM/EPERM is nearly always the locked-memory limit.
 MrPtr register_mr(ibv_pd* pd, void* base, std::size_t length, int access, const char* who);
-// An RC QP on `id` with `depth` send WRs; both queues report to `cq`.
-void create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, std::uint32_t depth, const char* who);
+// An RC QP on `id` with `send_depth` send and `recv_depth` receive WRs; both queues report to `cq`.
+void create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, std::uint32_t send_depth, std::uint32_t recv_depth,
+               const char* who);
+// Posts one receive of `length` bytes at `buffer` (in `mr`); false if the QP refused it.
+bool post_recv(ibv_qp* qp, ibv_mr* mr, std::byte* buffer, std::size_t length, std::uint64_t wr_id);
 
 // The device rdma_cm would use: $SMB_RDMA_DEVICE or the first one. Throws
 // (naming the fix) if there is none, its port is down, or it has no GID.

@@ -1,5 +1,7 @@
 #include "transport/verbs/verbs_server.hpp"
 
+#include "transport/verbs/call_wire.hpp"
+
 #include <netinet/in.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
@@ -11,7 +13,28 @@ namespace smb::transport::verbs {
 namespace {
 constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                         IBV_ACCESS_REMOTE_ATOMIC;
+constexpr std::uint32_t kReplyDepth = 16;            // reply SENDs in flight per connection
+constexpr std::uint64_t kRecvBit = 1ull << 32;       // wr_id of a receive: kRecvBit | slot
 }  // namespace
+
+// One client's QP, the CQ both its queues report to, its posted receives
+// (calls) and its reply send slots. Destroyed bottom-up: the id and its QP
+// first, then the memory and the CQ they use.
+struct VerbsServerTransport::Connection {
+  CqPtr cq;
+  std::vector<std::byte> receives;  // kCallCredits x kCallMessage
+  MrPtr receives_mr;
+  std::vector<std::byte> sends;  // kReplyDepth x kReplyMessage
+  MrPtr sends_mr;
+  std::vector<std::uint32_t> free_sends;
+  std::deque<std::pair<std::uint64_t, Bytes>> waiting;  // replies waiting for a send slot
+  IdPtr id;
+
+  std::byte* receive(std::uint32_t slot) { return receives.data() + std::size_t{slot} * kCallMessage; }
+  bool repost(std::uint32_t slot) {
+    return post_recv(id->qp, receives_mr.get(), receive(slot), kCallMessage, kRecvBit | slot);
+  }
+};
 
 VerbsRegistration::VerbsRegistration(ibv_pd* pd, void* base, std::size_t length)
     : mr_(register_mr(pd, base, length, kAccess, "smbd")), rkey_(sizeof mr_->rkey) {
@@ -21,7 +44,7 @@ VerbsRegistration::VerbsRegistration(ibv_pd* pd, void* base, std::size_t length)
 VerbsServerTransport::VerbsServerTransport()
     : context_(pick_device("smbd")),
       pd_(make_pd(context_, "smbd")),
-      cq_(make_cq(context_, 16, "smbd")),
+      completions_(make_comp_channel(context_, "smbd")),
       events_(make_event_channel("smbd")),
       listener_(make_id(events_.get(), this, "smbd")) {
   // Every address, any free port: the port travels in address() and clients
@@ -46,19 +69,21 @@ std::unique_ptr<Registration> VerbsServerTransport::register_memory(void* base, 
   return std::make_unique<VerbsRegistration>(pd_.get(), base, length);
 }
 
-void VerbsServerTransport::start(SegmentResolver /*resolver*/, CallHandler /*calls*/) {
-  // All ops are one-sided: nothing resolves segments on the server.
+void VerbsServerTransport::start(SegmentResolver /*resolver*/, CallHandler calls) {
+  // Data ops are one-sided: nothing resolves segments on the server.
+  calls_ = std::move(calls);
   thread_.start([this](const std::stop_token& stop) { event_loop(stop); });
 }
 
 void VerbsServerTransport::stop() { thread_.stop(); }
 
-// Sleeps on the rdma_cm event channel: the thread wakes only for connection
-// set-up and tear-down.
+// Sleeps on the rdma_cm event channel, the completion channel and the wake
+// fd: the thread wakes for connection set-up and tear-down, calls, and
+// replies to send, never per one-sided op.
 void VerbsServerTransport::event_loop(const std::stop_token& stop) {
   while (!stop.stop_requested()) {
-    pollfd fds[2] = {{events_->fd, POLLIN, 0}, {thread_.wake_fd(), POLLIN, 0}};
-    ::poll(fds, 2, 500);
+    pollfd fds[3] = {{events_->fd, POLLIN, 0}, {completions_->fd, POLLIN, 0}, {thread_.wake_fd(), POLLIN, 0}};
+    ::poll(fds, 3, 500);
     for (;;) {
       rdma_cm_event* raw = nullptr;
       if (rdma_get_cm_event(events_.get(), &raw) != 0) break;  // EAGAIN: drained
@@ -71,7 +96,109 @@ void VerbsServerTransport::event_loop(const std::stop_token& stop) {
         spdlog::error("verbs: {}", e.what());
       }
     }
+    for (;;) {
+      ibv_cq* cq = nullptr;
+      void* owner = nullptr;
+      if (ibv_get_cq_event(completions_.get(), &cq, &owner) != 0) break;  // EAGAIN: drained
+      ibv_ack_cq_events(cq, 1);
+      ibv_req_notify_cq(cq, 0);  // re-armed before polling, so no completion slips between
+      poll_connection(*static_cast<Connection*>(owner));
+    }
+    if (fds[2].revents & POLLIN) thread_.clear_wake();
+    send_replies();
   }
+}
+
+void VerbsServerTransport::poll_connection(Connection& c) {
+  ibv_wc wc[16];
+  for (int n; (n = ibv_poll_cq(c.cq.get(), 16, wc)) > 0;) {
+    for (int i = 0; i < n; ++i) {
+      // A failed completion means the connection is ending; rdma_cm reports that.
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        if (wc[i].status != IBV_WC_WR_FLUSH_ERR)
+          spdlog::debug("verbs: completion failed: {}", ibv_wc_status_str(wc[i].status));
+        continue;
+      }
+      const auto slot = static_cast<std::uint32_t>(wc[i].wr_id);
+      if (wc[i].wr_id & kRecvBit) {
+        on_call(c, slot, wc[i].byte_len);
+      } else {
+        c.free_sends.push_back(slot);
+        if (!c.waiting.empty()) {
+          auto [token, frame] = std::move(c.waiting.front());
+          c.waiting.pop_front();
+          send_reply(c, token, frame);
+        }
+      }
+    }
+  }
+}
+
+// A call arrived in receive `slot`: copy it out, repost the receive (the
+// client's credit), and hand it to the handler, whose answer may come from
+// any thread and finds the connection only if it still exists.
+void VerbsServerTransport::on_call(Connection& c, std::uint32_t slot, std::size_t length) {
+  const std::byte* message = c.receive(slot);
+  CallHeader header{};
+  const bool whole = length >= sizeof header && length <= kCallMessage;
+  if (whole) std::memcpy(&header, message, sizeof header);
+  const bool ok = whole && header.frame_length <= length - sizeof header;
+  Bytes frame, payload;
+  if (ok) {
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(message) + sizeof header;
+    frame.assign(bytes, bytes + header.frame_length);
+    payload.assign(bytes + header.frame_length, bytes + (length - sizeof header));
+  }
+  if (!c.repost(slot)) spdlog::warn("verbs: cannot repost a receive; that client's calls will stall");
+  if (!whole) return;  // no token to answer to
+  std::weak_ptr<Connection> weak = connections_.at(c.id.get());
+  calls_(std::move(frame), std::move(payload), [this, weak, token = header.token](Bytes reply) {
+    {
+      std::lock_guard lock(replies_mutex_);
+      replies_.push_back({weak, token, std::move(reply)});
+    }
+    thread_.wake();
+  });
+}
+
+void VerbsServerTransport::send_replies() {
+  std::vector<QueuedReply> batch;
+  {
+    std::lock_guard lock(replies_mutex_);
+    batch.swap(replies_);
+  }
+  for (auto& r : batch)
+    if (auto c = r.connection.lock()) send_reply(*c, r.token, r.frame);
+}
+
+void VerbsServerTransport::send_reply(Connection& c, std::uint64_t token, const Bytes& frame) {
+  if (sizeof(CallHeader) + frame.size() > kReplyMessage) {
+    spdlog::error("verbs: a reply of {} bytes does not fit a reply message; dropped", frame.size());
+    return;
+  }
+  if (c.free_sends.empty()) {
+    c.waiting.emplace_back(token, frame);
+    return;
+  }
+  const std::uint32_t slot = c.free_sends.back();
+  std::byte* buffer = c.sends.data() + std::size_t{slot} * kReplyMessage;
+  const CallHeader header{token, static_cast<std::uint32_t>(frame.size()), 0};
+  std::memcpy(buffer, &header, sizeof header);
+  std::memcpy(buffer + sizeof header, frame.data(), frame.size());
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(buffer), static_cast<std::uint32_t>(sizeof header + frame.size()),
+              c.sends_mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = slot;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(c.id->qp, &wr, &bad); rc != 0) {
+    spdlog::debug("verbs: posting a reply failed: {}", std::strerror(rc));
+    return;
+  }
+  c.free_sends.pop_back();
 }
 
 void VerbsServerTransport::on_event(const rdma_cm_event& event) {
@@ -105,7 +232,19 @@ void VerbsServerTransport::accept(rdma_cm_id* id, const rdma_conn_param& request
     rdma_reject(id, nullptr, 0);
     return;
   }
-  create_qp(id, pd_.get(), cq_.get(), 1, "smbd");
+  auto c = std::make_shared<Connection>();
+  c->cq = make_cq(context_, static_cast<int>(kCallCredits + kReplyDepth), "smbd", completions_.get(), c.get());
+  create_qp(id, pd_.get(), c->cq.get(), kReplyDepth, kCallCredits, "smbd");
+  c->id = std::move(owned);
+  c->receives.resize(kCallCredits * kCallMessage);
+  c->receives_mr = register_mr(pd_.get(), c->receives.data(), c->receives.size(), IBV_ACCESS_LOCAL_WRITE, "smbd");
+  c->sends.resize(kReplyDepth * kReplyMessage);
+  c->sends_mr = register_mr(pd_.get(), c->sends.data(), c->sends.size(), 0, "smbd");
+  for (std::uint32_t i = 0; i < kReplyDepth; ++i) c->free_sends.push_back(i);
+  // Receives are posted before the client can send its first call.
+  for (std::uint32_t i = 0; i < kCallCredits; ++i)
+    if (!c->repost(i)) throw_errno("smbd: ibv_post_recv", errno);
+  if (ibv_req_notify_cq(c->cq.get(), 0) != 0) throw_errno("smbd: ibv_req_notify_cq", errno);
   ibv_device_attr attr{};
   if (ibv_query_device(context_, &attr) != 0) throw_errno("smbd: ibv_query_device", errno);
   rdma_conn_param param{};
@@ -117,7 +256,7 @@ void VerbsServerTransport::accept(rdma_cm_id* id, const rdma_conn_param& request
   param.initiator_depth = 0;
   param.rnr_retry_count = 7;
   if (rdma_accept(id, &param) != 0) throw_errno("smbd: rdma_accept", errno);
-  connections_.emplace(id, std::move(owned));
+  connections_.emplace(id, std::move(c));
 }
 
 }  // namespace smb::transport::verbs

@@ -1,14 +1,18 @@
 #pragma once
 // The daemon's side of the native verbs transport: one memory registration
-// (and rkey) per segment, and a thread that accepts rdma_cm connections.
-// Clients then read, write and do atomics one-sided: the server CPU does
-// nothing per op, so there is no server-assisted protocol here.
+// (and rkey) per segment, and a thread that accepts rdma_cm connections and
+// serves calls. Clients read, write and do atomics one-sided: the server CPU
+// does nothing per op. Calls (vector ops, version waits) come as SENDs into
+// receives each connection keeps posted (call_wire.hpp); replies go back as
+// SENDs, posted by this thread.
 #include "transport/transport.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 #include "util/fd.hpp"
 #include "util/service_thread.hpp"
 
+#include <deque>
 #include <map>
+#include <mutex>
 #include <thread>
 
 namespace smb::transport::verbs {
@@ -35,19 +39,33 @@ class VerbsServerTransport final : public ServerTransport {
   void stop() override;
 
  private:
+  struct Connection;
+  struct QueuedReply {
+    std::weak_ptr<Connection> connection;
+    std::uint64_t token;
+    Bytes frame;
+  };
+
   void event_loop(const std::stop_token& stop);
   void on_event(const rdma_cm_event& event);
   void accept(rdma_cm_id* id, const rdma_conn_param& requested);
+  void poll_connection(Connection& c);
+  void on_call(Connection& c, std::uint32_t slot, std::size_t length);
+  void send_replies();
+  void send_reply(Connection& c, std::uint64_t token, const Bytes& frame);
 
   // Declaration order is destruction order in reverse: connections (QPs)
   // before the CQ and PD, the listening id before its event channel.
   ibv_context* context_;
   PdPtr pd_;
-  CqPtr cq_;  // every connection's QP reports here; nothing is ever posted on it
+  CompChannelPtr completions_;  // every connection's CQ reports here
   EventChannelPtr events_;
   IdPtr listener_;
-  std::map<rdma_cm_id*, IdPtr> connections_;  // touched only by the thread once started
+  std::map<rdma_cm_id*, std::shared_ptr<Connection>> connections_;  // touched only by the thread once started
   Bytes address_;
+  CallHandler calls_;
+  std::mutex replies_mutex_;  // replies come from other threads; the thread sends them
+  std::vector<QueuedReply> replies_;
   util::ServiceThread thread_;  // last: stopped before the members its loop uses go
 };
 
