@@ -6,13 +6,8 @@ namespace smb::client {
 
 using protocol::MessageType;
 
-namespace {
-// Control frames hold at most protocol::kMaxBodySize; x travels MessagePack-encoded there.
-constexpr std::size_t kControlPayload = 512u << 10;
-}  // namespace
-
 ServerCalls::ServerCalls(std::shared_ptr<ClientCore> client, std::string what, std::chrono::milliseconds extra_wait)
-    : state_(std::make_shared<Request::State>()), extra_wait_(extra_wait) {
+    : state_(std::make_shared<Request::State>()) {
   state_->deadline = std::chrono::steady_clock::now() + client->timeout() + extra_wait;
   state_->client = std::move(client);
   state_->completion = std::make_shared<transport::Completion>();
@@ -23,20 +18,13 @@ ServerCalls::~ServerCalls() {
   if (!state_->completion->done()) state_->client->transport().abandon(*state_->completion);
 }
 
-std::size_t ServerCalls::max_payload(ServerLink& link) {
-  const std::size_t n = link.channel->max_call_payload();
-  return n == 0 ? kControlPayload : n;
-}
+std::size_t ServerCalls::max_payload(ServerLink& link) { return link.channel->max_call_payload(); }
 
 void ServerCalls::add(ServerLink& link, MessageType type, protocol::Body body, std::span<const std::byte> payload) {
   link.check_alive();
   if (std::find(state_->links.begin(), state_->links.end(), &link) == state_->links.end())
     state_->links.push_back(&link);
-  auto& call = calls_.emplace_back(Pending{&link, type, {}, payload, {}, {}, link.channel->max_call_payload() == 0});
-  if (call.over_control) {  // sent in finish(), after every data-channel call is in flight
-    call.body = std::move(body);
-    return;
-  }
+  auto& call = calls_.emplace_back(Pending{&link, type, {}, {}});
   call.frame = protocol::encode_frame(static_cast<std::uint16_t>(type), static_cast<std::uint32_t>(calls_.size()), body);
   state_->completion->expect();
   link.channel->call(call.frame, payload, &call.reply, state_->completion);
@@ -56,24 +44,10 @@ protocol::Body ServerCalls::decode(const Pending& call) const {
 }
 
 std::vector<protocol::Body> ServerCalls::finish() {
-  std::vector<protocol::Body> replies(calls_.size());
-  try {
-    for (std::size_t i = 0; i < calls_.size(); ++i) {
-      auto& call = calls_[i];
-      if (!call.over_control) continue;
-      if (!call.payload.empty()) {
-        const auto* bytes = reinterpret_cast<const std::uint8_t*>(call.payload.data());
-        call.body["data"] = protocol::binary({bytes, bytes + call.payload.size()});
-      }
-      replies[i] = call.link->control->call(call.type, call.body, extra_wait_);
-    }
-  } catch (const Error& e) {
-    throw Error(e.code(), state_->what + ": " + e.what());  // the destructor forgets the calls in flight
-  }
   Request(state_).wait();  // its errors carry `what` already
+  std::vector<protocol::Body> replies;
   try {
-    for (std::size_t i = 0; i < calls_.size(); ++i)
-      if (!calls_[i].over_control) replies[i] = decode(calls_[i]);
+    for (const auto& call : calls_) replies.push_back(decode(call));
   } catch (const Error& e) {
     throw Error(e.code(), state_->what + ": " + e.what());
   }

@@ -1,8 +1,7 @@
 #pragma once
 // Requests the servers act on -- vector ops, version reads and waits -- sent
 // as calls over each server's data channel (transport.hpp), all in flight at
-// once. A transport that carries no calls gets them over the control
-// connection instead, one after another.
+// once.
 #include "client_core.hpp"
 
 #include "protocol/messages.hpp"
@@ -33,16 +32,12 @@ class ServerCalls {
   struct Pending {
     ServerLink* link;
     protocol::MessageType type;
-    protocol::Body body;                  // control fallback only
-    std::span<const std::byte> payload;   // control fallback only
     transport::Bytes frame;
     transport::Bytes reply;
-    bool over_control;
   };
   protocol::Body decode(const Pending& call) const;
 
   std::shared_ptr<Request::State> state_;
-  std::chrono::milliseconds extra_wait_;
   std::deque<Pending> calls_;  // a deque: replies land in place while more are added
 };
 
