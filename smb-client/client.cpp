@@ -84,4 +84,28 @@ Layout Client::info(std::string_view name) { return core_->info(name); }
 const std::vector<std::string>& Client::servers() const { return core_->servers(); }
 std::vector<std::string> Client::describe_paths() const { return core_->describe_paths(); }
 
+MemoryRegistration Client::register_memory(std::span<std::byte> memory) {
+  if (memory.empty()) throw Error(Errc::invalid_argument, "register_memory: empty span");
+  auto state = std::make_shared<MemoryRegistration::State>();
+  state->client = core_;
+  state->handle = core_->transport().register_memory(memory.data(), memory.size());
+  return MemoryRegistration(std::move(state));
+}
+
+MemoryRegistration::~MemoryRegistration() { unregister(); }
+
+MemoryRegistration& MemoryRegistration::operator=(MemoryRegistration&& other) noexcept {
+  if (this != &other) {
+    unregister();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+void MemoryRegistration::unregister() {
+  if (!state_) return;
+  auto state = std::move(state_);
+  if (state->handle != 0) state->client->transport().unregister_memory(state->handle);
+}
+
 }  // namespace smb

@@ -103,6 +103,11 @@ struct Lock::State {
   std::uint64_t token = 0;
 };
 
+struct MemoryRegistration::State {
+  std::shared_ptr<ClientCore> client;  // keeps the transport alive
+  std::uint64_t handle = 0;
+};
+
 struct Request::State {
   std::shared_ptr<ClientCore> client;
   transport::CompletionPtr completion;

@@ -168,6 +168,29 @@ class Lock {
   std::shared_ptr<State> state_;
 };
 
+// Caller memory registered with the fabric for zero-copy transfers
+// (Client::register_memory). Move-only; the destructor unregisters it.
+// While registered, writes and reads whose span lies inside it move bytes
+// straight between it and the servers where the transport can (native
+// verbs: the NIC reads and writes it in place instead of through the
+// transport's staging slots); UCX registers memory on its own and ignores it.
+// Unregister only once the ops on it have completed: an op that timed out
+// may still read or write it until then.
+class MemoryRegistration {
+ public:
+  struct State;
+  MemoryRegistration() = default;
+  explicit MemoryRegistration(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  ~MemoryRegistration();
+  MemoryRegistration(MemoryRegistration&&) noexcept = default;
+  MemoryRegistration& operator=(MemoryRegistration&&) noexcept;
+  bool valid() const noexcept { return static_cast<bool>(state_); }
+  void unregister();
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
 struct LockOptions {
   // The range locked; locks on one name conflict where their ranges overlap.
   std::uint64_t offset = 0;
@@ -206,6 +229,11 @@ class Client {
   const std::vector<std::string>& servers() const;
   // One line per server: transport, data protocol and the UCX lanes chosen.
   std::vector<std::string> describe_paths() const;
+
+  // Registers `memory` (pins it) for zero-copy writes and reads; see
+  // MemoryRegistration. Throws Errc::invalid_argument for an empty span and
+  // Errc::transport when the system refuses (e.g. the locked-memory limit).
+  MemoryRegistration register_memory(std::span<std::byte> memory);
 
  private:
   std::shared_ptr<ClientCore> core_;

@@ -138,6 +138,12 @@ class ClientTransport {
   // Forgets the ops of a completion that timed out, so that a late reply can
   // no longer write into the caller's memory.
   virtual void abandon(const Completion& completion) = 0;
+  // Registers caller memory for zero-copy ops: puts and gets whose memory
+  // lies inside it skip the transport's own staging. Returns a handle for
+  // unregister_memory (0 where the transport has no use for it: UCX keeps
+  // its own registration cache). Throws smb::Error (e.g. the memlock limit).
+  virtual std::uint64_t register_memory(void* base, std::size_t length) = 0;
+  virtual void unregister_memory(std::uint64_t handle) = 0;
 };
 
 std::unique_ptr<ServerTransport> make_server_transport(std::string_view name);

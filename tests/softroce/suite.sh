@@ -332,6 +332,9 @@ smb_over_verbs() {
   start_smbd "smbd-$tag" "$ADDR:0" "${env[@]}" || return 1
   local pid=${PIDS[-1]}
   round_trip "$tag" "$expect" "$SMBD_ADDRESS" "${env[@]}" || rc=1
+  # Registered memory: the NIC reads into the caller's memory in place (zero-copy).
+  bench "$tag-registered" "$expect" "${env[@]}" -- --servers "$SMBD_ADDRESS" --op read --size 8M --block 1M \
+    --verify --register --name "$tag" || rc=1
   # Server-side ops: x goes to smbd as a SEND (a call), the reply comes back as one.
   bench "$tag-accumulate" "$expect" "${env[@]}" -- --servers "$SMBD_ADDRESS" --op accumulate --size 1M --iters 3 \
     --verify || rc=1

@@ -17,6 +17,7 @@ class BenchBuffer {
   BenchBuffer& operator=(const BenchBuffer&) = delete;
 
   Buffer& buffer() noexcept { return buffer_; }
+  Client& client() noexcept { return client_; }
   const std::string& name() const noexcept { return name_; }
   bool created() const noexcept { return created_; }      // by this process
   bool temporary() const noexcept { return temporary_; }

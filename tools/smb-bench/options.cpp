@@ -78,6 +78,8 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
       ->check(size_validator);
   app.add_flag("--verify", o.verify, "write or check the verification pattern (exit 1 on a mismatch)");
   app.add_flag("--keep", o.keep, "keep the temporary buffer (its name is printed)");
+  app.add_flag("--register", o.register_memory,
+               "write/read: register each thread's op memory first (native verbs moves it zero-copy)");
   app.add_flag("--json", o.json, "print one JSON object on stdout");
   app.add_flag("--verbose,-v", o.verbose, "log libsmb's connection details to stderr");
 

@@ -26,6 +26,7 @@ struct Options {
   double alpha = 1.0;                  // axpy's a
   bool verify = false;
   bool keep = false;
+  bool register_memory = false;  // register op memory with the client (zero-copy on native verbs)
   bool json = false;
   bool verbose = false;
 };

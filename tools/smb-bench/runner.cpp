@@ -44,6 +44,7 @@ void run_transfer_phase(BenchBuffer& bench, const Options& o, Report& report) {
   plan.depth = o.depth;
   plan.threads = o.threads;
   plan.pattern = o.verify;
+  if (o.register_memory) plan.registrar = &bench.client();
   report.phase = run_transfer(bench.buffer(), plan);
   if (!o.verify) return;
   if (plan.direction == Direction::write) {  // read it all back, untimed

@@ -59,6 +59,7 @@ class Worker {
       s.data.resize(static_cast<std::size_t>(plan.block));
       // Without --verify, write some non-zero bytes once.
       if (plan.direction == Direction::write && !plan.pattern) fill_pattern(0, s.data);
+      if (plan.registrar != nullptr) registrations_.push_back(plan.registrar->register_memory(s.data));
     }
     result_.latencies_ns.reserve(static_cast<std::size_t>(blocks * plan.iters));
   }
@@ -128,6 +129,7 @@ class Worker {
   const TransferPlan& plan_;
   BlockRange range_;
   std::vector<Slot> slots_;
+  std::vector<MemoryRegistration> registrations_;  // of the slots' memory, with --register
   PhaseResult result_;
 };
 

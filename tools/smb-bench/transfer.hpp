@@ -18,6 +18,7 @@ struct TransferPlan {
   std::uint32_t depth = 1;   // ops in flight per thread; 1: synchronous calls
   std::uint32_t threads = 1; // each takes a contiguous slice of the blocks
   bool pattern = false;      // write: store the pattern; read: check every byte
+  Client* registrar = nullptr;  // set: each thread registers its op memory (zero-copy where supported)
 };
 
 // Runs the plan on `buffer` (shared by the threads) and times it.

@@ -3,6 +3,7 @@
 #include "transport/verbs/call_wire.hpp"
 
 #include <netdb.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -99,6 +100,27 @@ void VerbsClientTransport::abandon(const Completion& completion) {
   for (auto* c : channels_) c->drop(completion);
 }
 
+std::uint64_t VerbsClientTransport::register_memory(void* base, std::size_t length) {
+  if (base == nullptr || length == 0) throw Error(Errc::invalid_argument, "register_memory: empty region");
+  std::lock_guard lock(mutex_);
+  const std::uint64_t handle = next_region_++;
+  auto* bytes = static_cast<std::byte*>(base);
+  try {
+    for (auto* c : channels_) c->add_region(handle, bytes, length);
+  } catch (...) {
+    for (auto* c : channels_) c->remove_region(handle);
+    throw;
+  }
+  regions_.emplace(handle, Region{bytes, length});
+  return handle;
+}
+
+void VerbsClientTransport::unregister_memory(std::uint64_t handle) {
+  std::lock_guard lock(mutex_);
+  for (auto* c : channels_) c->remove_region(handle);
+  regions_.erase(handle);
+}
+
 // ---------------------------------------------------------------- channel
 
 VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, std::string peer)
@@ -159,6 +181,7 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
   expect_event(events_.get(), RDMA_CM_EVENT_ESTABLISHED, peer_);
 
   std::lock_guard lock(transport_.mutex_);
+  for (const auto& [handle, region] : transport_.regions_) add_region(handle, region.base, region.length);
   transport_.channels_.push_back(this);
   spdlog::debug("libsmb: server {} via {}", peer_, describe());
 }
@@ -280,10 +303,11 @@ void VerbsChannel::complete(std::uint32_t slot) {
   // Abandoned: the caller's memory is not ours any more. Calls: the reply finishes them.
   if (!piece.completion || piece.opcode == IBV_WR_SEND) return;
   const std::byte* staged = staging_.data() + std::size_t{slot} * kSlot;
-  if (piece.opcode == IBV_WR_RDMA_READ)
-    std::memcpy(piece.dst, staged, piece.length);
-  else if (piece.opcode != IBV_WR_RDMA_WRITE)
+  if (piece.opcode == IBV_WR_RDMA_READ) {
+    if (piece.lkey == 0) std::memcpy(piece.dst, staged, piece.length);  // else it landed in place
+  } else if (piece.opcode != IBV_WR_RDMA_WRITE) {  // atomics: the old value
     std::memcpy(piece.dst, staged, sizeof(std::uint64_t));
+  }
   piece.completion->finish();
 }
 
@@ -303,13 +327,19 @@ void VerbsChannel::pump() {
     std::byte* staged = staging_.data() + std::size_t{slot} * kSlot;
     const bool atomic = piece.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || piece.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
     std::uint32_t length = atomic ? 8u : piece.length;
-    if (piece.opcode == IBV_WR_RDMA_WRITE) std::memcpy(staged, piece.src, piece.length);
+    const bool direct = piece.lkey != 0;  // registered caller memory: no staging copy
+    if (piece.opcode == IBV_WR_RDMA_WRITE && !direct) std::memcpy(staged, piece.src, piece.length);
     if (send) {
       std::memcpy(staged, piece.message.data(), piece.message.size());
       if (piece.length != 0) std::memcpy(staged + piece.message.size(), piece.src, piece.length);
       length += static_cast<std::uint32_t>(piece.message.size());
     }
     ibv_sge sge{reinterpret_cast<std::uint64_t>(staged), length, staging_mr_->lkey};
+    if (direct) {
+      const void* in_place = piece.opcode == IBV_WR_RDMA_WRITE ? static_cast<const void*>(piece.src) : piece.dst;
+      sge.addr = reinterpret_cast<std::uint64_t>(in_place);
+      sge.lkey = piece.lkey;
+    }
     ibv_send_wr wr{};
     wr.wr_id = slot;
     wr.sg_list = &sge;
@@ -382,6 +412,7 @@ void VerbsChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src
   if (!usable(completion, "write")) return;
   Piece p{completion, IBV_WR_RDMA_WRITE, remote.descriptor().address + offset, remote.rkey(),
           static_cast<const std::byte*>(src), nullptr, 0, 0, 0};
+  p.lkey = registered(src, length);
   split(std::move(p), length);
 }
 
@@ -392,6 +423,7 @@ void VerbsChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std:
   if (!usable(completion, "read")) return;
   Piece p{completion, IBV_WR_RDMA_READ, remote.descriptor().address + offset, remote.rkey(),
           nullptr, static_cast<std::byte*>(dst), 0, 0, 0};
+  p.lkey = registered(dst, length);
   split(std::move(p), length);
 }
 
@@ -418,6 +450,31 @@ void VerbsChannel::compare_swap(RemoteSegment& seg, std::uint64_t offset, std::u
                                 std::uint64_t desired, std::uint64_t* old_value,
                                 const CompletionPtr& completion) {
   atomic(IBV_WR_ATOMIC_CMP_AND_SWP, "compare-swap", seg, offset, desired, expected, old_value, completion);
+}
+
+// ---------------------------------------------------------------- registered memory
+
+void VerbsChannel::add_region(std::uint64_t handle, std::byte* base, std::size_t length) {
+  // The whole pages: pinning works on pages anyway.
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<std::uintptr_t>(base) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(base) + length + page - 1) / page * page;
+  // Local access only: the server never touches a client's memory.
+  MrPtr mr = register_mr(pd_.get(), reinterpret_cast<void*>(first), end - first, IBV_ACCESS_LOCAL_WRITE, "libsmb");
+  local_.insert_or_assign(base, LocalRegion{handle, length, std::move(mr)});
+}
+
+void VerbsChannel::remove_region(std::uint64_t handle) {
+  std::erase_if(local_, [&](const auto& entry) { return entry.second.handle == handle; });
+}
+
+std::uint32_t VerbsChannel::registered(const void* p, std::size_t length) const {
+  const auto* begin = static_cast<const std::byte*>(p);
+  auto it = local_.upper_bound(begin);  // the first region starting after p
+  if (it == local_.begin()) return 0;
+  --it;
+  const auto offset = static_cast<std::size_t>(begin - it->first);
+  return offset <= it->second.length && length <= it->second.length - offset ? it->second.mr->lkey : 0;
 }
 
 // ---------------------------------------------------------------- calls

@@ -7,8 +7,10 @@
 // channel owns a registered staging area cut into slots, one per send-queue
 // entry. A write copies into a slot before posting; a read or atomic lands in
 // a slot and is copied out on completion, so an abandoned op can never write
-// into the caller's memory late. Ops wait in a backlog while every slot (and
-// so every send-queue entry) is busy: the send queue is bounded by design.
+// into the caller's memory late. Memory the caller registered
+// (Client::register_memory) is the exception: the NIC reads and writes it in
+// place, zero-copy. Ops wait in a backlog while every slot (and so every
+// send-queue entry) is busy: the send queue is bounded by design.
 //
 // Calls go out as SENDs from a slot; their replies land in receives posted
 // at connect (call_wire.hpp), at most kCallCredits calls unanswered.
@@ -16,6 +18,7 @@
 #include "transport/verbs/verbs_handles.hpp"
 
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -36,11 +39,21 @@ class VerbsClientTransport final : public ClientTransport {
                                    DataProtocol protocol) override;
   void progress() override;
   void abandon(const Completion& completion) override;
+  // Registers the region with every channel's protection domain, now and
+  // for channels opened later.
+  std::uint64_t register_memory(void* base, std::size_t length) override;
+  void unregister_memory(std::uint64_t handle) override;
 
  private:
   friend class VerbsChannel;
-  std::mutex mutex_;  // guards the channel list and every channel's queues
+  struct Region {
+    std::byte* base;
+    std::size_t length;
+  };
+  std::mutex mutex_;  // guards the channel list, the regions and every channel's queues
   std::vector<VerbsChannel*> channels_;
+  std::map<std::uint64_t, Region> regions_;  // by handle
+  std::uint64_t next_region_ = 1;
   Bytes address_;  // clients need no address of their own: they dial out
 };
 
@@ -99,6 +112,13 @@ class VerbsChannel final : public Channel {
     std::uint64_t operand = 0;  // fetch-add: the addend; compare-swap: the new value
     std::uint64_t compare = 0;
     Bytes message{};  // calls (IBV_WR_SEND): header and frame; the payload is src/length
+    std::uint32_t lkey = 0;  // nonzero: src/dst is registered caller memory, used in place
+  };
+  // Caller memory registered with this channel's protection domain.
+  struct LocalRegion {
+    std::uint64_t handle;
+    std::size_t length;
+    MrPtr mr;
   };
   // A call sent (or queued), until its reply arrives.
   struct PendingCall {
@@ -108,6 +128,10 @@ class VerbsChannel final : public Channel {
 
   // All under transport_.mutex_.
   void enqueue(Piece piece);
+  void add_region(std::uint64_t handle, std::byte* base, std::size_t length);
+  void remove_region(std::uint64_t handle);
+  // The lkey of a registered region holding [p, p + length), or 0.
+  std::uint32_t registered(const void* p, std::size_t length) const;
   void split(Piece piece, std::size_t length);
   void pump();
   int poll_completions();
@@ -126,6 +150,7 @@ class VerbsChannel final : public Channel {
   CqPtr cq_;
   std::vector<std::byte> staging_;
   MrPtr staging_mr_;
+  std::map<const std::byte*, LocalRegion> local_;  // by base address
   std::vector<std::byte> replies_;  // kCallCredits receives of kReplyMessage
   MrPtr replies_mr_;
   IdPtr id_;
