@@ -19,6 +19,9 @@ struct smb_request {
 struct smb_lock {
   smb::Lock lock;
 };
+struct smb_registration {
+  smb::MemoryRegistration registration;
+};
 
 namespace {
 thread_local std::string last_error;
@@ -145,6 +148,13 @@ int smb_barrier(smb_client* client, const char* name, uint32_t parties, uint32_t
     client->client.barrier(name, parties, std::chrono::milliseconds(timeout_ms == 0 ? 120000 : timeout_ms));
   });
 }
+int smb_register_memory(smb_client* client, void* base, size_t bytes, smb_registration** out) {
+  return guarded([&] {
+    auto registration = client->client.register_memory({static_cast<std::byte*>(base), bytes});
+    *out = std::make_unique<smb_registration>(smb_registration{std::move(registration)}).release();
+  });
+}
+void smb_unregister_memory(smb_registration* registration) { std::unique_ptr<smb_registration> owned(registration); }
 const char* smb_last_error(void) { return last_error.c_str(); }
 
 }  // extern "C"

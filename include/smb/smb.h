@@ -58,6 +58,13 @@ int smb_lock_acquire(smb_client* client, const char* name, uint32_t lease_ms, ui
 int smb_lock_release(smb_lock* lock); /* also frees it */
 int smb_barrier(smb_client* client, const char* name, uint32_t parties, uint32_t timeout_ms);
 
+/* Registers memory for zero-copy transfers (smb::Client::register_memory):
+ * writes from and reads into it skip the transport's staging copy where the
+ * transport can (native verbs). Unregister only once ops on it completed. */
+typedef struct smb_registration smb_registration;
+int smb_register_memory(smb_client* client, void* base, size_t bytes, smb_registration** out);
+void smb_unregister_memory(smb_registration* registration); /* also frees it */
+
 const char* smb_last_error(void);
 
 #ifdef __cplusplus
