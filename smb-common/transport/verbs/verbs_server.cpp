@@ -177,6 +177,14 @@ void VerbsServerTransport::send_reply(Connection& c, std::uint64_t token, const 
     return;
   }
   if (c.free_sends.empty()) {
+    // An honest client has at most kCallCredits calls unanswered; one whose
+    // replies pile up beyond that does not take them (no receives posted) or
+    // ignores its credits: drop it rather than queue without bound.
+    if (c.waiting.size() >= 4 * kCallCredits) {
+      spdlog::warn("verbs: a client does not take its call replies; disconnecting it");
+      rdma_disconnect(c.id.get());
+      return;
+    }
     c.waiting.emplace_back(token, frame);
     return;
   }
