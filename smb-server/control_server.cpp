@@ -47,23 +47,18 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     asio::async_read(socket_, asio::buffer(body_), [self = shared_from_this()](auto ec, std::size_t) {
       if (ec) return self->end(ec.message());
       const auto type = self->request_.type;
-      if (type == static_cast<std::uint16_t>(protocol::MessageType::vector_op)) {
-        // One request at a time per session, so the session waits for this reply.
-        return asio::post(self->server_.workers_, [self] {
-          auto reply = self->handle();
-          asio::post(self->socket_.get_executor(), [self, reply = std::move(reply)] {
-            if (self->ended_) return;
-            if (reply.value("ok", false)) self->server_.coordination_.version_advanced(self->request_name());
-            self->send(reply);
-          });
-        });
-      }
-      if (Coordination::handles(type)) {
+      const bool vector_op = type == static_cast<std::uint16_t>(protocol::MessageType::vector_op);
+      if (vector_op || Coordination::handles(type)) {
         protocol::Body body;
         try {
           body = protocol::decode_body(self->body_);
         } catch (const Error& e) {
           return self->send(protocol::error_reply(e.code(), e.what()));
+        }
+        if (vector_op) {  // one request at a time per session: the session waits for this reply
+          return self->server_.run_vector_op(std::move(body), {}, [self](protocol::Body reply) {
+            if (!self->ended_) self->send(reply);
+          });
         }
         self->deferred_ = true;
         self->server_.coordination_.handle(self->id_, type, body, [self](protocol::Body reply) {
@@ -75,15 +70,6 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       }
       self->send(self->handle());
     });
-  }
-
-  // The "name" field of the request in body_ (validated by the handler already).
-  std::string request_name() const {
-    try {
-      return protocol::decode_body(body_).value("name", std::string());
-    } catch (const std::exception&) {
-      return {};
-    }
   }
 
   protocol::Body handle() {

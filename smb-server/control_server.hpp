@@ -6,6 +6,7 @@
 
 #include <boost/asio.hpp>
 
+#include <functional>
 #include <set>
 
 namespace smb::server {
@@ -25,6 +26,9 @@ class ControlServer {
  private:
   class Session;
   void accept();
+  // Runs a vector op on the worker pool (x in `request` or `payload`), then,
+  // on the io thread, wakes the buffer's version waiters and calls `reply`.
+  void run_vector_op(protocol::Body request, transport::Bytes payload, std::function<void(protocol::Body)> reply);
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;

@@ -47,14 +47,7 @@ void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload,
   };
   switch (static_cast<MessageType>(header.type)) {
     case MessageType::vector_op:
-      asio::post(workers_, [this, body = std::move(body), payload = std::move(payload), answer]() mutable {
-        auto reply = handler_.apply(body, std::move(payload));
-        asio::post(io_, [this, reply = std::move(reply), name = body.value("name", std::string()), answer] {
-          if (reply.value("ok", false)) coordination_.version_advanced(name);
-          answer(reply);
-        });
-      });
-      return;
+      return run_vector_op(std::move(body), std::move(payload), answer);
     case MessageType::get_version:
       asio::post(io_, [this, body = std::move(body), answer] {
         answer(handler_.handle(kCallSession, static_cast<std::uint16_t>(MessageType::get_version), body));
@@ -66,6 +59,18 @@ void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload,
       });
       return;
   }
+}
+
+void ControlServer::run_vector_op(protocol::Body request, transport::Bytes payload,
+                                  std::function<void(protocol::Body)> reply) {
+  asio::post(workers_, [this, request = std::move(request), payload = std::move(payload),
+                        reply = std::move(reply)]() mutable {
+    auto answer = handler_.apply(request, std::move(payload));
+    asio::post(io_, [this, answer = std::move(answer), name = request.value("name", std::string()), reply] {
+      if (answer.value("ok", false)) coordination_.version_advanced(name);
+      reply(answer);
+    });
+  });
 }
 
 }  // namespace smb::server

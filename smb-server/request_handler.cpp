@@ -43,9 +43,12 @@ VectorRequest vector_request(const Body& req, transport::Bytes payload = {}) {
 
 }  // namespace
 
-Body RequestHandler::handle(SessionId session, std::uint16_t type, const Body& request) {
+namespace {
+// Every failure becomes an error reply naming what was wrong.
+template <class F>
+Body replying(std::uint16_t type, F&& f) {
   try {
-    return dispatch(session, static_cast<MessageType>(type), request);
+    return f();
   } catch (const Error& e) {
     return protocol::error_reply(e.code(), e.what());
   } catch (const std::exception& e) {
@@ -53,16 +56,16 @@ Body RequestHandler::handle(SessionId session, std::uint16_t type, const Body& r
     return protocol::error_reply(Errc::internal, e.what());
   }
 }
+}  // namespace
+
+Body RequestHandler::handle(SessionId session, std::uint16_t type, const Body& request) {
+  return replying(type, [&] { return dispatch(session, static_cast<MessageType>(type), request); });
+}
 
 Body RequestHandler::apply(const Body& request, transport::Bytes payload) {
-  try {
+  return replying(static_cast<std::uint16_t>(MessageType::vector_op), [&] {
     return protocol::ok_reply({{"version", registry_.apply(vector_request(request, std::move(payload)))}});
-  } catch (const Error& e) {
-    return protocol::error_reply(e.code(), e.what());
-  } catch (const std::exception& e) {
-    spdlog::error("vector_op failed: {}", e.what());
-    return protocol::error_reply(Errc::internal, e.what());
-  }
+  });
 }
 
 Body RequestHandler::dispatch(SessionId session, MessageType type, const Body& req) {
@@ -117,15 +120,14 @@ Body RequestHandler::dispatch(SessionId session, MessageType type, const Body& r
                                  {"clients", clients_.load()},
                                  {"buffers", buffers}});
     }
-    case MessageType::vector_op:
-      return protocol::ok_reply({{"version", registry_.apply(vector_request(req))}});
+    case MessageType::vector_op:  // served by apply(), off the io thread
+    case MessageType::wait_version:
     case MessageType::get_version:
       return protocol::ok_reply({{"version", registry_.version(protocol::get_string(req, "name", what))}});
-    case MessageType::wait_version:
     case MessageType::lock:
     case MessageType::unlock:
     case MessageType::barrier:
-      throw Error(Errc::internal, std::string(what) + " is handled by the coordination service");
+      throw Error(Errc::internal, std::string(what) + " is served elsewhere (vector ops, coordination)");
     case MessageType::list_layouts: {
       Body layouts = Body::array();
       for (const auto& l : registry_.list_layouts()) layouts.push_back(protocol::layout_to_body(l));

@@ -72,16 +72,7 @@ UcxClientTransport::UcxClientTransport()
   check_ucx(ucp_worker_set_am_recv_handler(worker_.get(), &param), "libsmb: installing AM handler");
 }
 
-// The channels have closed their endpoints; UCX may still hold wireup
-// messages for endpoints it made itself (servers connecting back to reply).
-// Letting them go out first avoids UCX 1.13's assertion on purging a pending
-// wireup request over ud_verbs at worker destruction (seen on soft-RoCE).
-UcxClientTransport::~UcxClientTransport() {
-  std::lock_guard lock(mutex_);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-  while (std::chrono::steady_clock::now() < deadline)
-    if (ucp_worker_progress(worker_.get()) == 0 && ucp_worker_progress(worker_.get()) == 0) break;
-}
+UcxClientTransport::~UcxClientTransport() = default;
 
 std::unique_ptr<Channel> UcxClientTransport::connect(const Bytes& server_address, const std::string& peer,
                                                      DataProtocol protocol) {
