@@ -3,13 +3,16 @@
 #
 #   1. deploy/install-deps.sh (skips apt when everything is installed),
 #   2. the 'ci' preset: release build, warnings as errors; ctest --preset ci,
-#   3. the 'asan' preset: ASan + UBSan debug build; ctest --preset asan.
+#   3. the 'asan' preset: ASan + UBSan debug build; ctest --preset asan,
+#   4. the 'fuzz' preset: the libFuzzer targets (clang), each run for a
+#      bounded time from its seed corpus (tests/fuzz/run.sh; SMB_FUZZ_SECONDS,
+#      default 60).
 #
 # Build failures stop at once; failing tests are reported, the next stage
 # still runs, and the exit status is non-zero if anything failed.
 #
 # Usage: ./run-tests.sh [--quick] [--skip-deps] [--help] [-- CTEST-ARGS...]
-#   --quick      skip the ASan/UBSan stage (for quick local runs; CI runs both)
+#   --quick      skip the ASan/UBSan and fuzz stages (for quick local runs; CI runs all)
 #   --skip-deps  do not run deploy/install-deps.sh
 #   -- ARGS      extra arguments for every ctest run, e.g. -- -L unit
 set -euo pipefail
@@ -46,6 +49,17 @@ test_preset() {
   fi
 }
 
+# Runs the fuzz targets; findings are recorded like failing tests.
+fuzz_stage() {
+  section "Fuzzing: tests/fuzz/run.sh (${SMB_FUZZ_SECONDS:-60} s per target)"
+  if "$ROOT/tests/fuzz/run.sh"; then
+    echo "run-tests: fuzzing found nothing"
+  else
+    echo "run-tests: fuzzing FAILED" >&2
+    FAILED_STAGES+=(fuzz)
+  fi
+}
+
 summary() {
   section "Summary"
   if ((${#FAILED_STAGES[@]} == 0)); then
@@ -78,6 +92,11 @@ main() {
     build_preset "$preset"
     test_preset "$preset"
   done
+  if ((!quick)); then
+    build_preset fuzz
+    fuzz_stage
+    stages+=(fuzz)
+  fi
   summary "${stages[@]}"
 }
 

@@ -17,8 +17,8 @@ PACKAGES=(
   libucx-dev ucx-utils libibverbs-dev librdmacm-dev rdma-core ibverbs-utils perftest
   # control plane and tools
   libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
-  # tests
-  libgtest-dev libgmock-dev
+  # tests, and the fuzz targets (clang's libFuzzer, ASan, UBSan)
+  libgtest-dev libgmock-dev clang libclang-rt-14-dev
   # scripts (free-port lookup, process tools)
   python3 procps iproute2
 )

@@ -23,8 +23,26 @@ struct smb_registration {
   smb::MemoryRegistration registration;
 };
 
+static_assert(SMB_EINVAL == static_cast<int>(smb::Errc::invalid_argument) &&
+              SMB_ENOSPC == static_cast<int>(smb::Errc::no_space) &&
+              SMB_EINTERNAL == static_cast<int>(smb::Errc::internal));
+
 namespace {
 thread_local std::string last_error;
+
+// What a caller passed must be there: a NULL is SMB_EINVAL, naming the argument.
+template <class T>
+T& need(T* p, const char* what) {
+  if (p == nullptr) throw smb::Error(smb::Errc::invalid_argument, std::string(what) + " is NULL");
+  return *p;
+}
+const char* text(const char* p, const char* what) { return &need(p, what); }
+// Data of `n` bytes: NULL only when n is 0.
+template <class T>
+T* data_of(T* p, size_t n, const char* what) {
+  if (p == nullptr && n != 0) throw smb::Error(smb::Errc::invalid_argument, std::string(what) + " is NULL");
+  return p;
+}
 
 template <class F>
 int guarded(F&& f) {
@@ -37,6 +55,9 @@ int guarded(F&& f) {
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
     last_error = e.what();
+    return static_cast<int>(smb::Errc::internal);
+  } catch (...) {
+    last_error = "unknown failure";
     return static_cast<int>(smb::Errc::internal);
   }
 }
@@ -62,6 +83,7 @@ int smb_client_connect(const char* servers, uint32_t timeout_ms, smb_client** re
     smb::ClientOptions options;
     if (servers != nullptr) options.servers = smb::parse_server_list(servers);
     if (timeout_ms != 0) options.timeout = std::chrono::milliseconds(timeout_ms);
+    need(result, "smb_client_connect: out");
     *result = std::make_unique<smb_client>(smb_client{smb::Client(std::move(options))}).release();
   });
 }
@@ -72,86 +94,124 @@ int smb_buffer_create(smb_client* client, const char* name, uint64_t size, uint6
   return guarded([&] {
     smb::BufferOptions options;
     if (stripe_unit != 0) options.stripe_unit = stripe_unit;
-    *result = std::make_unique<smb_buffer>(smb_buffer{client->client.create(name, size, options)}).release();
+    auto& c = need(client, "smb_buffer_create: client");
+    auto& out = need(result, "smb_buffer_create: out");
+    out = std::make_unique<smb_buffer>(smb_buffer{c.client.create(text(name, "smb_buffer_create: name"), size, options)})
+              .release();
   });
 }
 
 int smb_buffer_open(smb_client* client, const char* name, smb_buffer** result) {
-  return guarded([&] { *result = std::make_unique<smb_buffer>(smb_buffer{client->client.open(name)}).release(); });
+  return guarded([&] {
+    auto& c = need(client, "smb_buffer_open: client");
+    auto& out = need(result, "smb_buffer_open: out");
+    out = std::make_unique<smb_buffer>(smb_buffer{c.client.open(text(name, "smb_buffer_open: name"))}).release();
+  });
 }
 
 int smb_buffer_destroy(smb_client* client, const char* name) {
-  return guarded([&] { client->client.destroy(name); });
+  return guarded([&] { need(client, "smb_buffer_destroy: client").client.destroy(text(name, "smb_buffer_destroy: name")); });
 }
 
 void smb_buffer_close(smb_buffer* buffer) { std::unique_ptr<smb_buffer> owned(buffer); }
-uint64_t smb_buffer_size(const smb_buffer* buffer) { return buffer->buffer.size(); }
+uint64_t smb_buffer_size(const smb_buffer* buffer) { return buffer == nullptr ? 0 : buffer->buffer.size(); }
 
 int smb_write(smb_buffer* b, uint64_t offset, const void* data, size_t bytes) {
-  return guarded([&] { b->buffer.write(offset, in(data, bytes)); });
+  return guarded([&] { need(b, "smb_write: buffer").buffer.write(offset, in(data_of(data, bytes, "smb_write: data"), bytes)); });
 }
 int smb_read(smb_buffer* b, uint64_t offset, void* dst, size_t bytes) {
-  return guarded([&] { b->buffer.read(offset, out(dst, bytes)); });
+  return guarded([&] { need(b, "smb_read: buffer").buffer.read(offset, out(data_of(dst, bytes, "smb_read: out"), bytes)); });
 }
 int smb_write_async(smb_buffer* b, uint64_t offset, const void* data, size_t bytes, smb_request** result) {
   return guarded([&] {
-    *result = std::make_unique<smb_request>(smb_request{b->buffer.write_async(offset, in(data, bytes))}).release();
+    auto& buffer = need(b, "smb_write_async: buffer");
+    auto& request = need(result, "smb_write_async: out");
+    request = std::make_unique<smb_request>(
+                  smb_request{buffer.buffer.write_async(offset, in(data_of(data, bytes, "smb_write_async: data"), bytes))})
+                  .release();
   });
 }
 int smb_read_async(smb_buffer* b, uint64_t offset, void* dst, size_t bytes, smb_request** result) {
   return guarded([&] {
-    *result = std::make_unique<smb_request>(smb_request{b->buffer.read_async(offset, out(dst, bytes))}).release();
+    auto& buffer = need(b, "smb_read_async: buffer");
+    auto& request = need(result, "smb_read_async: out");
+    request = std::make_unique<smb_request>(
+                  smb_request{buffer.buffer.read_async(offset, out(data_of(dst, bytes, "smb_read_async: out"), bytes))})
+                  .release();
   });
 }
 int smb_request_wait(smb_request* request) {
   std::unique_ptr<smb_request> owned(request);
-  return guarded([&] { owned->request.wait(); });
+  return guarded([&] { need(owned.get(), "smb_request_wait: request").request.wait(); });
 }
 int smb_fetch_add(smb_buffer* b, uint64_t offset, uint64_t value, uint64_t* old_value) {
-  return guarded([&] { *old_value = b->buffer.fetch_add(offset, value); });
+  return guarded([&] {
+    auto& buffer = need(b, "smb_fetch_add: buffer");
+    need(old_value, "smb_fetch_add: old_value") = buffer.buffer.fetch_add(offset, value);
+  });
 }
 int smb_compare_swap(smb_buffer* b, uint64_t offset, uint64_t expected, uint64_t desired, uint64_t* old_value) {
-  return guarded([&] { *old_value = b->buffer.compare_swap(offset, expected, desired); });
+  return guarded([&] {
+    auto& buffer = need(b, "smb_compare_swap: buffer");
+    need(old_value, "smb_compare_swap: old_value") = buffer.buffer.compare_swap(offset, expected, desired);
+  });
 }
 int smb_apply(smb_buffer* b, int op, int type, uint64_t offset, uint64_t count, double alpha, const void* x) {
   return guarded([&] {
     const auto o = vector_op(op);
     const auto t = dtype(type);
     const size_t bytes = x == nullptr ? 0 : static_cast<size_t>(count * smb::element_size(t));
-    b->buffer.apply(o, t, offset, count, alpha, in(x, bytes));
+    need(b, "smb_apply: buffer").buffer.apply(o, t, offset, count, alpha, in(x, bytes));
   });
 }
 int smb_apply_from(smb_buffer* b, int op, int type, uint64_t offset, uint64_t count, double alpha,
                    const smb_buffer* source, uint64_t source_offset) {
-  return guarded([&] { b->buffer.apply_from(vector_op(op), dtype(type), offset, count, alpha, source->buffer, source_offset); });
+  return guarded([&] {
+    need(b, "smb_apply_from: buffer")
+        .buffer.apply_from(vector_op(op), dtype(type), offset, count, alpha, need(source, "smb_apply_from: source").buffer,
+                           source_offset);
+  });
 }
 int smb_buffer_version(smb_buffer* b, uint64_t* version) {
-  return guarded([&] { *version = b->buffer.version(); });
+  return guarded([&] {
+    auto& buffer = need(b, "smb_buffer_version: buffer");
+    need(version, "smb_buffer_version: version") = buffer.buffer.version();
+  });
 }
 int smb_wait_version(smb_buffer* b, uint64_t version, uint32_t timeout_ms, uint64_t* reached) {
-  return guarded([&] { *reached = b->buffer.wait_version(version, std::chrono::milliseconds(timeout_ms)); });
+  return guarded([&] {
+    auto& buffer = need(b, "smb_wait_version: buffer");
+    need(reached, "smb_wait_version: reached") = buffer.buffer.wait_version(version, std::chrono::milliseconds(timeout_ms));
+  });
 }
 int smb_lock_acquire(smb_client* client, const char* name, uint32_t lease_ms, uint32_t timeout_ms, smb_lock** result) {
   return guarded([&] {
     smb::LockOptions options;
     if (lease_ms != 0) options.lease = std::chrono::milliseconds(lease_ms);
     if (timeout_ms != 0) options.timeout = std::chrono::milliseconds(timeout_ms);
-    *result = std::make_unique<smb_lock>(smb_lock{client->client.lock(name, options)}).release();
+    auto& c = need(client, "smb_lock_acquire: client");
+    auto& out = need(result, "smb_lock_acquire: out");
+    out = std::make_unique<smb_lock>(smb_lock{c.client.lock(text(name, "smb_lock_acquire: name"), options)}).release();
   });
 }
 int smb_lock_release(smb_lock* lock) {
   std::unique_ptr<smb_lock> owned(lock);
-  return guarded([&] { owned->lock.unlock(); });
+  return guarded([&] { need(owned.get(), "smb_lock_release: lock").lock.unlock(); });
 }
 int smb_barrier(smb_client* client, const char* name, uint32_t parties, uint32_t timeout_ms) {
   return guarded([&] {
-    client->client.barrier(name, parties, std::chrono::milliseconds(timeout_ms == 0 ? 120000 : timeout_ms));
+    need(client, "smb_barrier: client")
+        .client.barrier(text(name, "smb_barrier: name"), parties,
+                        std::chrono::milliseconds(timeout_ms == 0 ? 120000 : timeout_ms));
   });
 }
 int smb_register_memory(smb_client* client, void* base, size_t bytes, smb_registration** out) {
   return guarded([&] {
-    auto registration = client->client.register_memory({static_cast<std::byte*>(base), bytes});
-    *out = std::make_unique<smb_registration>(smb_registration{std::move(registration)}).release();
+    auto& c = need(client, "smb_register_memory: client");
+    auto& result = need(out, "smb_register_memory: out");
+    auto registration =
+        c.client.register_memory({static_cast<std::byte*>(data_of(base, bytes, "smb_register_memory: base")), bytes});
+    result = std::make_unique<smb_registration>(smb_registration{std::move(registration)}).release();
   });
 }
 void smb_unregister_memory(smb_registration* registration) { std::unique_ptr<smb_registration> owned(registration); }

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 #include <cstdlib>
 #include <thread>
 
@@ -69,13 +70,12 @@ client::ServerLink& ClientCore::link(const std::string& server) {
   std::lock_guard lock(links_mutex_);
   if (auto it = links_.find(server); it != links_.end()) return it->second;
   client::ServerLink l;
-  l.control = std::make_unique<client::ControlConnection>(server, options_.timeout);
-  auto hello = l.control->call(MessageType::hello,
-                               {{"client", "libsmb"},
-                                {"transport", transport_->name()},
-                                {"address", protocol::binary(transport_->address())}});
-  l.channel = transport_->connect(protocol::get_binary(hello, "address", "hello"), server, protocol_);
-  l.waits = std::make_unique<client::WaitConnections>(server, options_.timeout);
+  l.control = std::make_unique<client::ControlConnection>(
+      server, options_.timeout,
+      Body{{"client", "libsmb"}, {"transport", transport_->name()}, {"address", protocol::binary(transport_->address())}});
+  l.channel = transport_->connect(protocol::get_binary(l.control->hello_reply(), "address", "hello"), server, protocol_);
+  l.waits = std::make_unique<client::WaitConnections>(
+      server, options_.timeout, Body{{"client", "libsmb-wait"}, {"transport", transport_->name()}});
   return links_.emplace(server, std::move(l)).first->second;
 }
 
@@ -98,8 +98,19 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
   } else {
     for (const auto& s : options.servers) layout.servers.push_back(util::parse_host_port(s).str());
   }
+  if (layout.servers.size() > protocol::kMaxServersPerBuffer)
+    throw Error(Errc::invalid_argument, context + ": " + std::to_string(layout.servers.size()) +
+                                            " servers, at most " + std::to_string(protocol::kMaxServersPerBuffer));
+  std::set<std::string> distinct;
+  for (const auto& s : layout.servers)
+    if (!distinct.insert(s).second) throw Error(Errc::invalid_argument, context + ": server " + s + " is named twice");
   protocol::StripeGeometry g{size, options.stripe_unit, static_cast<std::uint32_t>(layout.servers.size())};
   for (std::uint32_t i = 0; i < g.servers; ++i) layout.shares.push_back(g.share(i));
+  if (const auto largest = *std::max_element(layout.shares.begin(), layout.shares.end());
+      largest > protocol::kMaxServerCapacity)
+    throw Error(Errc::no_space, context + ": " + util::format_bytes(size) + " over " +
+                                    std::to_string(layout.servers.size()) + " server(s) needs " +
+                                    util::format_bytes(largest) + " on one, more than any smbd lends (256 TiB)");
 
   auto& home = link(home_of(name));
   home.control->call(MessageType::reserve_name, {{"name", name}, {"layout", protocol::layout_to_body(layout)}});
@@ -184,21 +195,45 @@ void ClientCore::destroy(std::string_view name_view) {
   }
 }
 
+namespace {
+// Every page of a paged listing (stat, list_layouts) from one server.
+template <class Each>
+void each_page(client::ControlConnection& control, MessageType type, Each each) {
+  std::string after;
+  do {
+    Body request = Body::object();
+    if (!after.empty()) request["after"] = after;
+    auto reply = control.call(type, request);
+    each(reply);
+    auto next = reply.find("next");
+    const std::string following = next != reply.end() && next->is_string() ? next->get<std::string>() : std::string();
+    if (!following.empty() && following <= after)
+      throw Error(Errc::protocol, "server " + control.peer() + ": a listing's pages do not advance");
+    after = following;
+  } while (!after.empty());
+}
+}  // namespace
+
 std::vector<ServerStatus> ClientCore::status() {
   std::vector<ServerStatus> out;
   for (const auto& s : sorted_servers_) {
-    auto r = link(s).control->call(MessageType::stat, Body::object());
     ServerStatus st;
     st.address = s;
-    st.transport = protocol::get_string(r, "transport", "stat");
-    st.capacity = protocol::get_u64(r, "capacity", "stat");
-    st.used = protocol::get_u64(r, "used", "stat");
-    st.largest_free = protocol::get_u64(r, "largest_free", "stat");
-    st.huge_pages = protocol::get_bool(r, "huge_pages", "stat");
-    st.clients = static_cast<std::uint32_t>(protocol::get_u64(r, "clients", "stat"));
-    for (const auto& b : r.value("buffers", Body::array()))
-      st.buffers.push_back(BufferSummary{protocol::get_string(b, "name", "stat"), protocol::get_u64(b, "bytes", "stat"),
-                                         static_cast<std::uint32_t>(protocol::get_u64(b, "open_handles", "stat"))});
+    bool first = true;
+    each_page(*link(s).control, MessageType::stat, [&](const Body& r) {
+      if (first) {
+        st.transport = protocol::get_string(r, "transport", "stat");
+        st.capacity = protocol::get_u64(r, "capacity", "stat");
+        st.used = protocol::get_u64(r, "used", "stat");
+        st.largest_free = protocol::get_u64(r, "largest_free", "stat");
+        st.huge_pages = protocol::get_bool(r, "huge_pages", "stat");
+        st.clients = static_cast<std::uint32_t>(protocol::get_u64(r, "clients", "stat"));
+        first = false;
+      }
+      for (const auto& b : r.value("buffers", Body::array()))
+        st.buffers.push_back(BufferSummary{protocol::get_string(b, "name", "stat"), protocol::get_u64(b, "bytes", "stat"),
+                                           static_cast<std::uint32_t>(protocol::get_u64(b, "open_handles", "stat"))});
+    });
     out.push_back(std::move(st));
   }
   return out;
@@ -206,10 +241,10 @@ std::vector<ServerStatus> ClientCore::status() {
 
 std::vector<Layout> ClientCore::list() {
   std::vector<Layout> out;
-  for (const auto& s : sorted_servers_) {
-    auto r = link(s).control->call(MessageType::list_layouts, Body::object());
-    for (const auto& l : r.value("layouts", Body::array())) out.push_back(protocol::layout_from_body(l, "list"));
-  }
+  for (const auto& s : sorted_servers_)
+    each_page(*link(s).control, MessageType::list_layouts, [&](const Body& r) {
+      for (const auto& l : r.value("layouts", Body::array())) out.push_back(protocol::layout_from_body(l, "list"));
+    });
   std::sort(out.begin(), out.end(), [](const Layout& a, const Layout& b) { return a.name < b.name; });
   return out;
 }

@@ -35,7 +35,8 @@ void ControlConnection::run_bounded(const std::string& what, std::chrono::millis
   }
 }
 
-ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds timeout)
+ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds timeout,
+                                     const protocol::Body& hello)
     : peer_(std::move(peer)), timeout_(timeout), socket_(io_) {
   const auto hp = util::parse_host_port(peer_);
   tcp::resolver resolver(io_);
@@ -44,6 +45,7 @@ ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds
   if (ec) throw Error(Errc::unreachable, "server " + peer_ + ": cannot resolve host: " + ec.message());
   run_bounded("connect", timeout_, [&](auto handler) { asio::async_connect(socket_, endpoints, handler); });
   socket_.set_option(tcp::no_delay(true));
+  hello_reply_ = call(protocol::MessageType::hello, hello);
 }
 
 protocol::Body ControlConnection::call(protocol::MessageType type, const protocol::Body& request) {

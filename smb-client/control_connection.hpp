@@ -14,7 +14,10 @@ namespace smb::client {
 
 class ControlConnection {
  public:
-  ControlConnection(std::string peer, std::chrono::milliseconds timeout);
+  // Connects and says hello (smbd serves nothing before it); the server's
+  // answer is kept in hello_reply().
+  ControlConnection(std::string peer, std::chrono::milliseconds timeout, const protocol::Body& hello);
+  const protocol::Body& hello_reply() const { return hello_reply_; }
   // Sends one request and returns the reply body; throws smb::Error naming
   // the server and the message (unreachable, gone, timeout, or the server's error).
   protocol::Body call(protocol::MessageType type, const protocol::Body& request);
@@ -44,6 +47,7 @@ class ControlConnection {
   std::uint32_t next_request_ = 1;
   bool broken_ = false;
   std::atomic<std::int64_t> last_probe_ns_{0};
+  protocol::Body hello_reply_;
 };
 
 }  // namespace smb::client

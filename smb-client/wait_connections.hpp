@@ -16,7 +16,8 @@ namespace smb::client {
 
 class WaitConnections {
  public:
-  WaitConnections(std::string peer, std::chrono::milliseconds timeout);
+  // `hello` is what each new connection says first.
+  WaitConnections(std::string peer, std::chrono::milliseconds timeout, protocol::Body hello);
   // An idle connection or a new one; it comes back here when the last copy
   // goes, unless it broke (a timed-out wait closes it).
   std::shared_ptr<ControlConnection> acquire();
@@ -28,6 +29,7 @@ class WaitConnections {
   };
   std::string peer_;
   std::chrono::milliseconds timeout_;
+  protocol::Body hello_;
   std::shared_ptr<Idle> idle_ = std::make_shared<Idle>();  // outlived by returning connections
 };
 

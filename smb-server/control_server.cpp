@@ -1,156 +1,65 @@
 #include "control_server.hpp"
 
+#include "control_session.hpp"
+
 #include <spdlog/spdlog.h>
 
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <thread>
 
 namespace smb::server {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using protocol::MessageType;
 
-class ControlServer::Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(ControlServer& server, tcp::socket socket, SessionId id)
-      : server_(server), socket_(std::move(socket)), id_(id) {
-    boost::system::error_code ec;
-    auto remote = socket_.remote_endpoint(ec);
-    peer_ = ec ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
-  }
-
-  void start() { read_header(); }
-  void close() {
-    boost::system::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
-  }
-
- private:
-  void read_header() {
-    asio::async_read(socket_, asio::buffer(header_), [self = shared_from_this()](auto ec, std::size_t) {
-      if (ec) return self->end(ec.message());
-      try {
-        self->request_ = protocol::decode_header(self->header_);
-      } catch (const Error& e) {
-        return self->end(e.what());  // not our protocol: drop the connection
-      }
-      self->body_.resize(self->request_.body_length);
-      self->read_body();
-    });
-  }
-
-  void read_body() {
-    asio::async_read(socket_, asio::buffer(body_), [self = shared_from_this()](auto ec, std::size_t) {
-      if (ec) return self->end(ec.message());
-      const auto type = self->request_.type;
-      const bool vector_op = type == static_cast<std::uint16_t>(protocol::MessageType::vector_op);
-      if (vector_op || Coordination::handles(type)) {
-        protocol::Body body;
-        try {
-          body = protocol::decode_body(self->body_);
-        } catch (const Error& e) {
-          return self->send(protocol::error_reply(e.code(), e.what()));
-        }
-        if (vector_op) {  // one request at a time per session: the session waits for this reply
-          return self->server_.run_vector_op(std::move(body), {}, [self](protocol::Body reply) {
-            if (!self->ended_) self->send(reply);
-          });
-        }
-        self->deferred_ = true;
-        self->server_.coordination_.handle(self->id_, type, body, [self](protocol::Body reply) {
-          asio::post(self->socket_.get_executor(), [self, reply = std::move(reply)] {
-            if (!self->ended_) self->send(reply);
-          });
-        });
-        return self->watch_while_deferred();
-      }
-      self->send(self->handle());
-    });
-  }
-
-  protocol::Body handle() {
-    try {
-      return server_.handler_.handle(id_, request_.type, protocol::decode_body(body_));
-    } catch (const Error& e) {
-      return protocol::error_reply(e.code(), e.what());
-    }
-  }
-
-  // No read is outstanding while a reply is deferred, so a client that dies
-  // then would go unnoticed (and keep its barrier waiting). Watch the socket:
-  // readable with nothing to read means the client has gone.
-  void watch_while_deferred() {
-    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
-      if (ec || self->ended_ || !self->deferred_) return;
-      char byte = 0;
-      const auto n = ::recv(self->socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-        self->end("disconnected while waiting for a deferred reply");
-      // Bytes available: the client sent its next request early; read_header takes it after the reply.
-    });
-  }
-
-  void send(const protocol::Body& reply) {
-    deferred_ = false;
-    out_ = protocol::encode_frame(request_.type | protocol::kReplyBit, request_.request_id, reply);
-    asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](auto ec, std::size_t) {
-      if (ec) return self->end(ec.message());
-      self->read_header();
-    });
-  }
-
-  void end(const std::string& why) {
-    if (ended_) return;
-    ended_ = true;
-    spdlog::info("client {} (session {}) left: {}", peer_, id_, why);
-    server_.registry_.session_closed(id_);
-    server_.coordination_.session_closed(id_);
-    server_.clients_ -= 1;
-    close();
-    server_.sessions_.erase(shared_from_this());
-  }
-
-  ControlServer& server_;
-  tcp::socket socket_;
-  SessionId id_;
-  std::string peer_;
-  bool ended_ = false;
-  bool deferred_ = false;  // a coordination reply is still to come
-  std::array<std::uint8_t, protocol::kHeaderSize> header_{};
-  protocol::Header request_;
-  std::vector<std::uint8_t> body_;
-  std::vector<std::uint8_t> out_;
-};
+namespace {
+constexpr auto kLogInterval = std::chrono::seconds(10);
+constexpr auto kMinAcceptBackoff = std::chrono::milliseconds(10);
+constexpr auto kMaxAcceptBackoff = std::chrono::milliseconds(1000);
+}  // namespace
 
 ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, Registry& registry,
-                             ServerIdentity& identity)
+                             ServerIdentity& identity, const ConnectionLimits& limits, const SessionQuotas& quotas)
     : io_(io),
       acceptor_(io),
       registry_(registry),
+      limits_(limits),
       handler_(registry, identity, clients_),
-      coordination_(io, registry),
-      workers_(std::max(1u, std::thread::hardware_concurrency())) {
+      coordination_(io, registry, quotas.locks),
+      workers_(std::max(1u, std::thread::hardware_concurrency())),
+      accept_retry_(io) {
   acceptor_.open(listen.protocol());
   acceptor_.set_option(tcp::acceptor::reuse_address(true));
   acceptor_.bind(listen);  // throws boost::system::system_error (e.g. address in use)
   acceptor_.listen();
 }
 
+ControlServer::~ControlServer() { workers_.join(); }
+
 void ControlServer::start() { accept(); }
 
 void ControlServer::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
-    if (ec) {
-      if (ec != asio::error::operation_aborted) spdlog::warn("accept failed: {}", ec.message());
-      if (acceptor_.is_open()) accept();
-      return;
+    if (ec) return accept_failed(ec);
+    accept_backoff_ = std::chrono::milliseconds(0);
+    if (sessions_.size() >= limits_.max_connections) {
+      // Closed at once: the client sees the connection end, not a hang.
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      ++refused_unlogged_;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_refused_log_ >= kLogInterval) {
+        spdlog::warn("refused {} connection(s): {} clients connected, the limit (smbd --max-connections)",
+                     refused_unlogged_, sessions_.size());
+        last_refused_log_ = now;
+        refused_unlogged_ = 0;
+      }
+      return accept();
     }
-    socket.set_option(tcp::no_delay(true));
-    auto session = std::make_shared<Session>(*this, std::move(socket), next_session_++);
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto session = std::make_shared<ControlSession>(*this, std::move(socket), next_session_++);
     clients_ += 1;
     sessions_.insert(session);
     session->start();
@@ -158,10 +67,53 @@ void ControlServer::accept() {
   });
 }
 
+void ControlServer::accept_failed(const boost::system::error_code& ec) {
+  if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+  accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(kMinAcceptBackoff),
+                               std::chrono::milliseconds(kMaxAcceptBackoff));
+  ++accept_errors_unlogged_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_accept_log_ >= kLogInterval) {
+    spdlog::warn("accepting a client failed: {} ({} time(s) in the last {} s); retrying, at most every {} ms{}",
+                 ec.message(), accept_errors_unlogged_, kLogInterval.count(), kMaxAcceptBackoff.count(),
+                 ec == asio::error::no_descriptors ? " (out of file descriptors: lower --max-connections or raise "
+                                                     "the open-file limit, ulimit -n)"
+                                                   : "");
+    last_accept_log_ = now;
+    accept_errors_unlogged_ = 0;
+  }
+  accept_retry_.expires_after(accept_backoff_);
+  accept_retry_.async_wait([this](const boost::system::error_code& wait_ec) {
+    if (!wait_ec && acceptor_.is_open()) accept();
+  });
+}
+
+void ControlServer::session_ended(const std::shared_ptr<ControlSession>& session) {
+  registry_.session_closed(session->id());
+  coordination_.session_closed(session->id());
+  clients_ -= 1;
+  sessions_.erase(session);
+}
+
 void ControlServer::shutdown() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  accept_retry_.cancel();
   for (const auto& s : std::set(sessions_)) s->close();
+}
+
+void ControlServer::serve(SessionId session, std::uint16_t type, std::span<const std::uint8_t> body,
+                          transport::Bytes payload, ReplyFn reply) {
+  reply = reply_once(std::move(reply));
+  guarded(type, reply, [&] { route(session, type, protocol::decode_body(body), std::move(payload), reply); });
+}
+
+void ControlServer::route(SessionId session, std::uint16_t type, protocol::Body request, transport::Bytes payload,
+                          const ReplyFn& reply) {
+  if (type == static_cast<std::uint16_t>(MessageType::vector_op))
+    return run_vector_op(std::move(request), std::move(payload), reply);
+  if (Coordination::handles(type)) return coordination_.handle(session, type, request, reply);
+  reply(handler_.handle(session, type, request));
 }
 
 }  // namespace smb::server

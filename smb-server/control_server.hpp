@@ -1,20 +1,29 @@
 #pragma once
-// The control plane: a Boost.Asio TCP server, one Session per client
-// connection, one request at a time per session.
+// The control plane: a Boost.Asio TCP server, one ControlSession per client
+// connection, one request at a time per session. Every request, from a
+// session or from a data-path call, goes through serve(), which answers
+// exactly once whatever the request holds.
 #include "coordination.hpp"
+#include "limits.hpp"
 #include "request_handler.hpp"
 
 #include <boost/asio.hpp>
 
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <set>
 
 namespace smb::server {
 
+class ControlSession;
+
 class ControlServer {
  public:
   ControlServer(boost::asio::io_context& io, const boost::asio::ip::tcp::endpoint& listen,
-                Registry& registry, ServerIdentity& identity);
+                Registry& registry, ServerIdentity& identity, const ConnectionLimits& limits,
+                const SessionQuotas& quotas);
+  ~ControlServer();
   boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
   void start();
   // Closes the listener and every session.
@@ -23,24 +32,43 @@ class ControlServer {
   // reads and waits. Runs on the transport's thread; answers through `respond`.
   void serve_call(transport::Bytes frame, transport::Bytes payload, transport::Respond respond);
 
+  // For sessions (io thread). Serves one request; `reply` is called exactly
+  // once, on the io thread, with an ok or error reply. Never throws.
+  void serve(SessionId session, std::uint16_t type, std::span<const std::uint8_t> body, transport::Bytes payload,
+             ReplyFn reply);
+  void session_ended(const std::shared_ptr<ControlSession>& session);
+  const ConnectionLimits& limits() const { return limits_; }
+
  private:
-  class Session;
   void accept();
+  void accept_failed(const boost::system::error_code& ec);
   // Runs a vector op on the worker pool (x in `request` or `payload`), then,
   // on the io thread, wakes the buffer's version waiters and calls `reply`.
-  void run_vector_op(protocol::Body request, transport::Bytes payload, std::function<void(protocol::Body)> reply);
+  void run_vector_op(protocol::Body request, transport::Bytes payload, ReplyFn reply);
+  void route(SessionId session, std::uint16_t type, protocol::Body request, transport::Bytes payload,
+             const ReplyFn& reply);
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   Registry& registry_;
+  ConnectionLimits limits_;
   std::atomic<std::uint32_t> clients_{0};
   RequestHandler handler_;
   Coordination coordination_;  // deferred replies: version waits, locks, barriers
   // Vector ops run here, off the io thread, so that one large op does not
   // stall every other client's control requests.
   boost::asio::thread_pool workers_;
-  std::set<std::shared_ptr<Session>> sessions_;  // touched only on the io thread
+  std::set<std::shared_ptr<ControlSession>> sessions_;  // touched only on the io thread
   SessionId next_session_ = 1;
+  // Accept errors (EMFILE...) are retried after a growing pause and logged
+  // once per interval, so that running out of descriptors neither spins a
+  // core nor floods the log.
+  boost::asio::steady_timer accept_retry_;
+  std::chrono::milliseconds accept_backoff_{0};
+  std::chrono::steady_clock::time_point last_accept_log_{};
+  std::uint64_t accept_errors_unlogged_ = 0;
+  std::uint64_t refused_unlogged_ = 0;
+  std::chrono::steady_clock::time_point last_refused_log_{};
 };
 
 }  // namespace smb::server

@@ -1,8 +1,11 @@
 #include "coordination.hpp"
 
+#include "util/parse.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <iterator>
 
 namespace smb::server {
 
@@ -12,6 +15,7 @@ using protocol::MessageType;
 namespace {
 
 constexpr std::uint64_t kMaxWaitMs = 24ull * 3600 * 1000;
+constexpr SessionId kCallSession = 0;  // data-path calls: no session to index
 
 std::chrono::milliseconds duration_field(const Body& request, const char* field, const char* what) {
   const auto ms = protocol::get_u64(request, field, what);
@@ -29,6 +33,31 @@ auto find_id(List& list, std::uint64_t id) {
   return std::find_if(list.begin(), list.end(), [id](const auto& e) { return e.id == id; });
 }
 
+// Disjoint ranges, merged as they are added: which bytes earlier waiters
+// are queued for, while grant_waiters walks the queue.
+class RangeSet {
+ public:
+  void add(std::uint64_t offset, std::uint64_t length) {
+    std::uint64_t begin = offset, end = offset + length;
+    auto it = ranges_.upper_bound(begin);
+    if (it != ranges_.begin() && std::prev(it)->second >= begin) --it;
+    while (it != ranges_.end() && it->first <= end) {
+      begin = std::min(begin, it->first);
+      end = std::max(end, it->second);
+      it = ranges_.erase(it);
+    }
+    ranges_.emplace(begin, end);
+  }
+  bool overlaps(std::uint64_t offset, std::uint64_t length) const {
+    auto it = ranges_.upper_bound(offset);
+    if (it != ranges_.end() && it->first < offset + length) return true;
+    return it != ranges_.begin() && std::prev(it)->second > offset;
+  }
+
+ private:
+  std::map<std::uint64_t, std::uint64_t> ranges_;  // begin -> end
+};
+
 }  // namespace
 
 bool Coordination::handles(std::uint16_t type) {
@@ -42,17 +71,15 @@ bool Coordination::handles(std::uint16_t type) {
 }
 
 void Coordination::handle(SessionId session, std::uint16_t type, const Body& request, const ReplyFn& reply) {
-  try {
+  guarded(type, reply, [&] {
     switch (static_cast<MessageType>(type)) {
       case MessageType::wait_version: return wait_version(session, request, reply);
       case MessageType::lock: return lock(session, request, reply);
       case MessageType::unlock: return unlock(session, request, reply);
       case MessageType::barrier: return barrier(session, request, reply);
-      default: throw Error(Errc::protocol, "not a coordination message");
+      default: throw Error(Errc::internal, std::string(protocol::message_name(type)) + " is not a coordination message");
     }
-  } catch (const Error& e) {
-    reply(protocol::error_reply(e.code(), e.what()));
-  }
+  });
 }
 
 Coordination::TimerPtr Coordination::start_timer(std::chrono::milliseconds after, std::function<void()> on_expiry) {
@@ -63,25 +90,39 @@ Coordination::TimerPtr Coordination::start_timer(std::chrono::milliseconds after
   return timer;
 }
 
+void Coordination::set_waiting(SessionId session, WaitKind kind, const std::string& name, std::uint64_t id) {
+  if (session != kCallSession) waiting_[session] = Waiting{kind, name, id};
+}
+
+void Coordination::clear_waiting(SessionId session, std::uint64_t id) {
+  auto it = waiting_.find(session);
+  if (it != waiting_.end() && it->second.id == id) waiting_.erase(it);
+}
+
 // ---------------------------------------------------------------- versions
 
 void Coordination::wait_version(SessionId session, const Body& request, const ReplyFn& reply) {
   const char* what = "wait_version";
-  const auto name = protocol::get_string(request, "name", what);
+  const auto name = protocol::get_name(request, "name", what);
   const auto version = protocol::get_u64(request, "version", what);
   const auto timeout = duration_field(request, "timeout_ms", what);
   const auto now = registry_.version(name);  // throws not_found
   if (now >= version) return reply(protocol::ok_reply({{"version", now}}));
   const std::uint64_t id = next_token_++;
-  auto timer = start_timer(timeout, [this, name, id, version] {
-    auto& waiters = version_waiters_[name];
-    auto it = find_id(waiters, id);
-    if (it == waiters.end()) return;
-    it->reply(protocol::error_reply(Errc::timeout, "buffer '" + name + "' did not reach version " +
-                                                       std::to_string(version) + " in time"));
-    waiters.erase(it);
+  auto timer = start_timer(timeout, [this, name, id, version, session] {
+    auto found = version_waiters_.find(name);
+    if (found == version_waiters_.end()) return;
+    auto it = find_id(found->second, id);
+    if (it == found->second.end()) return;
+    clear_waiting(session, id);
+    auto waiter_reply = std::move(it->reply);
+    found->second.erase(it);
+    if (found->second.empty()) version_waiters_.erase(found);
+    waiter_reply(protocol::error_reply(Errc::timeout, "buffer " + util::quoted(name) + " did not reach version " +
+                                                          std::to_string(version) + " in time"));
   });
-  version_waiters_[name].push_back(VersionWaiter{id, session, version, reply, std::move(timer)});
+  version_waiters_[name].push_back(VersionWaiter{id, version, reply, std::move(timer)});
+  set_waiting(session, WaitKind::version, name, id);
 }
 
 void Coordination::version_advanced(const std::string& name) {
@@ -93,109 +134,132 @@ void Coordination::version_advanced(const std::string& name) {
   } catch (const Error&) {
     return;  // destroyed meanwhile: the waiters time out
   }
+  std::vector<ReplyFn> woken;
   auto& waiters = found->second;
   for (auto it = waiters.begin(); it != waiters.end();) {
     if (it->version <= now) {
       it->timer->cancel();
-      it->reply(protocol::ok_reply({{"version", now}}));
+      woken.push_back(std::move(it->reply));
       it = waiters.erase(it);
     } else {
       ++it;
     }
   }
   if (waiters.empty()) version_waiters_.erase(found);
+  // Sessions are un-indexed lazily: a stale entry names an id that is gone.
+  for (auto& r : woken) r(protocol::ok_reply({{"version", now}}));
 }
 
 // ---------------------------------------------------------------- locks
+
+bool Coordination::conflicts_with_holder(const Lock& lock, std::uint64_t offset, std::uint64_t length) {
+  auto it = lock.holders.lower_bound(offset);  // first holder starting at or after offset
+  if (it != lock.holders.end() && it->first < offset + length) return true;
+  if (it == lock.holders.begin()) return false;
+  const auto& before = *std::prev(it);
+  return before.first + before.second.length > offset;
+}
 
 void Coordination::grant(const std::string& name, Lock& lock, SessionId session, std::uint64_t offset,
                          std::uint64_t length, std::chrono::milliseconds lease, const ReplyFn& reply) {
   const std::uint64_t token = next_token_++;
   auto timer = start_timer(lease, [this, name, token] {
-    spdlog::info("lock '{}': lease of token {} expired, releasing it", name, token);
-    release(name, token);
+    spdlog::info("lock {}: lease of token {} expired, releasing it", util::quoted(name), token);
+    release(token);
   });
-  lock.holders.push_back(LockHolder{session, token, offset, length, std::move(timer)});
+  lock.holders.emplace(offset, LockHolder{session, token, length, std::move(timer)});
+  held_.emplace(token, HeldLock{name, offset});
+  held_by_[session].insert(token);
   reply(protocol::ok_reply({{"token", token}}));
 }
 
 void Coordination::lock(SessionId session, const Body& request, const ReplyFn& reply) {
   const char* what = "lock";
-  const auto name = protocol::get_string(request, "name", what);
-  protocol::validate_name(name);
+  const auto name = protocol::get_name(request, "name", what);
   const auto offset = protocol::get_u64(request, "offset", what);
   const auto length = protocol::get_u64(request, "length", what);
   if (length == 0 || offset > UINT64_MAX - length)
-    throw Error(Errc::invalid_argument, "lock '" + name + "': empty or overflowing range");
+    throw Error(Errc::invalid_argument, "lock " + util::quoted(name) + ": empty or overflowing range");
   const auto lease = duration_field(request, "lease_ms", what);
   const auto timeout = duration_field(request, "timeout_ms", what);
+  if (auto held = held_by_.find(session); held != held_by_.end() && held->second.size() >= max_locks_per_session_)
+    throw Error(Errc::no_space, "lock " + util::quoted(name) + ": this client already holds " +
+                                    std::to_string(held->second.size()) +
+                                    " locks here, the per-client limit (smbd --max-locks-per-client)");
   auto& lock = locks_[name];
-  const bool conflict = std::any_of(lock.holders.begin(), lock.holders.end(), [&](const LockHolder& h) {
-    return overlaps(h.offset, h.length, offset, length);
-  });
   // FIFO: a request also waits behind an earlier waiter it conflicts with.
   const bool queued_conflict = std::any_of(lock.waiters.begin(), lock.waiters.end(), [&](const LockWaiter& w) {
     return overlaps(w.offset, w.length, offset, length);
   });
-  if (!conflict && !queued_conflict) return grant(name, lock, session, offset, length, lease, reply);
+  if (!queued_conflict && !conflicts_with_holder(lock, offset, length))
+    return grant(name, lock, session, offset, length, lease, reply);
   const std::uint64_t id = next_token_++;
-  auto timer = start_timer(timeout, [this, name, id] {
-    auto& waiters = locks_[name].waiters;
+  auto timer = start_timer(timeout, [this, name, id, session] {
+    auto found = locks_.find(name);
+    if (found == locks_.end()) return;
+    auto& waiters = found->second.waiters;
     auto it = find_id(waiters, id);
     if (it == waiters.end()) return;
-    it->reply(protocol::error_reply(Errc::timeout, "lock '" + name + "' was not granted in time"));
+    clear_waiting(session, id);
+    auto waiter_reply = std::move(it->reply);
     waiters.erase(it);
     grant_waiters(name);  // a later waiter may have been queued behind this one only
+    waiter_reply(protocol::error_reply(Errc::timeout, "lock " + util::quoted(name) + " was not granted in time"));
   });
   lock.waiters.push_back(LockWaiter{id, session, offset, length, lease, reply, std::move(timer)});
+  set_waiting(session, WaitKind::lock, name, id);
 }
 
 void Coordination::grant_waiters(const std::string& name) {
   auto found = locks_.find(name);
   if (found == locks_.end()) return;
   auto& lock = found->second;
+  RangeSet queued;  // ranges of earlier waiters still waiting
   for (auto it = lock.waiters.begin(); it != lock.waiters.end();) {
-    const bool blocked =
-        std::any_of(lock.holders.begin(), lock.holders.end(),
-                    [&](const LockHolder& h) { return overlaps(h.offset, h.length, it->offset, it->length); }) ||
-        std::any_of(lock.waiters.begin(), it, [&](const LockWaiter& w) {
-          return overlaps(w.offset, w.length, it->offset, it->length);
-        });
-    if (blocked) {
+    if (queued.overlaps(it->offset, it->length) || conflicts_with_holder(lock, it->offset, it->length)) {
+      queued.add(it->offset, it->length);
       ++it;
       continue;
     }
     it->timer->cancel();
     LockWaiter waiter = std::move(*it);
     it = lock.waiters.erase(it);
+    clear_waiting(waiter.session, waiter.id);
     grant(name, lock, waiter.session, waiter.offset, waiter.length, waiter.lease, waiter.reply);
   }
   if (lock.holders.empty() && lock.waiters.empty()) locks_.erase(found);
 }
 
-void Coordination::release(const std::string& name, std::uint64_t token) {
+void Coordination::release(std::uint64_t token) {
+  auto held = held_.find(token);
+  if (held == held_.end()) return;
+  const std::string name = held->second.name;
   auto found = locks_.find(name);
-  if (found == locks_.end()) return;
-  auto& holders = found->second.holders;
-  auto it = std::find_if(holders.begin(), holders.end(), [token](const LockHolder& h) { return h.token == token; });
-  if (it == holders.end()) return;
-  it->lease->cancel();
-  holders.erase(it);
+  if (found != locks_.end()) {
+    auto holder = found->second.holders.find(held->second.offset);
+    if (holder != found->second.holders.end() && holder->second.token == token) {
+      holder->second.lease->cancel();
+      if (auto by = held_by_.find(holder->second.session); by != held_by_.end()) {
+        by->second.erase(token);
+        if (by->second.empty()) held_by_.erase(by);
+      }
+      found->second.holders.erase(holder);
+    }
+  }
+  held_.erase(held);
   grant_waiters(name);
 }
 
 void Coordination::unlock(SessionId session, const Body& request, const ReplyFn& reply) {
   const char* what = "unlock";
-  const auto name = protocol::get_string(request, "name", what);
+  const auto name = protocol::get_name(request, "name", what);
   const auto token = protocol::get_u64(request, "token", what);
-  auto found = locks_.find(name);
-  const bool held = found != locks_.end() &&
-                    std::any_of(found->second.holders.begin(), found->second.holders.end(),
-                                [&](const LockHolder& h) { return h.token == token && h.session == session; });
-  if (!held)
-    throw Error(Errc::not_found, "lock '" + name + "' is not held by this client with token " +
+  auto by = held_by_.find(session);
+  auto held = held_.find(token);
+  if (by == held_by_.end() || !by->second.contains(token) || held == held_.end() || held->second.name != name)
+    throw Error(Errc::not_found, "lock " + util::quoted(name) + " is not held by this client with token " +
                                      std::to_string(token) + " (its lease may have expired)");
-  release(name, token);
+  release(token);
   reply(protocol::ok_reply());
 }
 
@@ -203,74 +267,98 @@ void Coordination::unlock(SessionId session, const Body& request, const ReplyFn&
 
 void Coordination::barrier(SessionId session, const Body& request, const ReplyFn& reply) {
   const char* what = "barrier";
-  const auto name = protocol::get_string(request, "name", what);
-  protocol::validate_name(name);
+  const auto name = protocol::get_name(request, "name", what);
   const auto parties = protocol::get_u64(request, "parties", what);
   const auto timeout = duration_field(request, "timeout_ms", what);
   if (parties == 0 || parties > 1'000'000)
-    throw Error(Errc::invalid_argument, "barrier '" + name + "': parties must be 1 to 1000000");
+    throw Error(Errc::invalid_argument, "barrier " + util::quoted(name) + ": parties must be 1 to 1000000");
   auto& b = barriers_[name];
   if (b.arrived.empty()) b.parties = parties;
   if (b.parties != parties)
-    throw Error(Errc::invalid_argument, "barrier '" + name + "' is for " + std::to_string(b.parties) +
+    throw Error(Errc::invalid_argument, "barrier " + util::quoted(name) + " is for " + std::to_string(b.parties) +
                                             " parties, this client asked for " + std::to_string(parties));
   if (b.arrived.size() + 1 == parties) {
-    for (auto& a : b.arrived) {
+    auto arrived = std::move(b.arrived);
+    barriers_.erase(name);
+    for (auto& a : arrived) {
       a.timer->cancel();
+      clear_waiting(a.session, a.id);
       a.reply(protocol::ok_reply());
     }
-    barriers_.erase(name);
     return reply(protocol::ok_reply());
   }
   const std::uint64_t id = next_token_++;
-  auto timer = start_timer(timeout, [this, name, id] {
-    auto& arrived = barriers_[name].arrived;
+  auto timer = start_timer(timeout, [this, name, id, session] {
+    auto found = barriers_.find(name);
+    if (found == barriers_.end()) return;
+    auto& arrived = found->second.arrived;
     auto it = find_id(arrived, id);
-    if (it != arrived.end()) {
-      it->reply(protocol::error_reply(Errc::timeout, "barrier '" + name + "': not every party arrived in time"));
-      arrived.erase(it);
-    }
-    if (arrived.empty()) barriers_.erase(name);
+    if (it == arrived.end()) return;
+    clear_waiting(session, id);
+    auto arrival_reply = std::move(it->reply);
+    arrived.erase(it);
+    if (arrived.empty()) barriers_.erase(found);
+    arrival_reply(protocol::error_reply(Errc::timeout, "barrier " + util::quoted(name) + ": not every party arrived in time"));
   });
   b.arrived.push_back(Arrival{id, session, reply, std::move(timer)});
+  set_waiting(session, WaitKind::barrier, name, id);
 }
 
 // ---------------------------------------------------------------- sessions
 
+void Coordination::remove_waiting(SessionId session, const Waiting& w) {
+  switch (w.kind) {
+    case WaitKind::version: {
+      auto found = version_waiters_.find(w.name);
+      if (found == version_waiters_.end()) return;
+      auto it = find_id(found->second, w.id);
+      if (it == found->second.end()) return;
+      it->timer->cancel();
+      found->second.erase(it);
+      if (found->second.empty()) version_waiters_.erase(found);
+      return;
+    }
+    case WaitKind::lock: {
+      auto found = locks_.find(w.name);
+      if (found == locks_.end()) return;
+      auto it = find_id(found->second.waiters, w.id);
+      if (it == found->second.waiters.end()) return;
+      it->timer->cancel();
+      found->second.waiters.erase(it);
+      grant_waiters(w.name);
+      return;
+    }
+    case WaitKind::barrier: {
+      // A barrier this client arrived at can never complete now: fail it for all.
+      auto found = barriers_.find(w.name);
+      if (found == barriers_.end() || find_id(found->second.arrived, w.id) == found->second.arrived.end()) return;
+      auto arrived = std::move(found->second.arrived);
+      barriers_.erase(found);
+      for (auto& a : arrived) {
+        a.timer->cancel();
+        if (a.session == session) continue;
+        clear_waiting(a.session, a.id);
+        a.reply(protocol::error_reply(Errc::server_gone, "barrier " + util::quoted(w.name) +
+                                                             ": a participant disconnected before it completed"));
+      }
+      return;
+    }
+  }
+}
+
 void Coordination::session_closed(SessionId session) {
-  for (auto& [name, waiters] : version_waiters_)
-    std::erase_if(waiters, [&](VersionWaiter& w) {
-      if (w.session == session) w.timer->cancel();
-      return w.session == session;
-    });
-  std::vector<std::pair<std::string, std::uint64_t>> held;
-  for (auto& [name, lock] : locks_) {
-    std::erase_if(lock.waiters, [&](LockWaiter& w) {
-      if (w.session == session) w.timer->cancel();
-      return w.session == session;
-    });
-    for (const auto& h : lock.holders)
-      if (h.session == session) held.emplace_back(name, h.token);
+  if (auto w = waiting_.find(session); w != waiting_.end()) {
+    const Waiting waiting = w->second;
+    waiting_.erase(w);
+    remove_waiting(session, waiting);
   }
-  for (const auto& [name, token] : held) {
-    spdlog::info("lock '{}': holder left, releasing token {}", name, token);
-    release(name, token);
-  }
-  // A barrier this client arrived at can never complete now: fail it for all.
-  for (auto it = barriers_.begin(); it != barriers_.end();) {
-    auto& arrived = it->second.arrived;
-    const bool broken = std::any_of(arrived.begin(), arrived.end(), [&](const Arrival& a) { return a.session == session; });
-    if (!broken) {
-      ++it;
-      continue;
+  if (auto by = held_by_.find(session); by != held_by_.end()) {
+    const auto tokens = by->second;  // release() edits the set
+    for (const auto token : tokens) {
+      if (auto held = held_.find(token); held != held_.end())
+        spdlog::info("lock {}: holder left, releasing token {}", util::quoted(held->second.name), token);
+      release(token);
     }
-    for (auto& a : arrived) {
-      a.timer->cancel();
-      if (a.session != session)
-        a.reply(protocol::error_reply(Errc::server_gone, "barrier '" + it->first +
-                                                             "': a participant disconnected before it completed"));
-    }
-    it = barriers_.erase(it);
   }
 }
 

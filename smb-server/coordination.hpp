@@ -8,8 +8,14 @@
 // next waiter is granted), and breaks every barrier it has arrived at (the
 // others get an error, never a hang). A holder that stays connected but stops
 // renewing loses its lock when the lease runs out.
+//
+// Cost: granted ranges of one lock never overlap, so they are kept by offset
+// and a request finds a conflict in O(log holders); a release finds its
+// holder by token in O(1). Waiters (at most one per waiting connection) are
+// checked in FIFO order. A closing session touches only what it holds.
 #include "protocol/messages.hpp"
 #include "registry.hpp"
+#include "replies.hpp"
 
 #include <boost/asio.hpp>
 
@@ -18,16 +24,16 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <unordered_map>
 
 namespace smb::server {
 
-// Sends the reply to one deferred request (exactly once).
-using ReplyFn = std::function<void(protocol::Body)>;
-
 class Coordination {
  public:
-  Coordination(boost::asio::io_context& io, Registry& registry) : io_(io), registry_(registry) {}
+  Coordination(boost::asio::io_context& io, Registry& registry, std::uint64_t max_locks_per_session)
+      : io_(io), registry_(registry), max_locks_per_session_(max_locks_per_session) {}
 
   // True if `type` is one of ours; then the reply comes through `reply`.
   static bool handles(std::uint16_t type);
@@ -39,12 +45,10 @@ class Coordination {
   void session_closed(SessionId session);
 
  private:
-  using Clock = std::chrono::steady_clock;
   using TimerPtr = std::shared_ptr<boost::asio::steady_timer>;
 
   struct VersionWaiter {
     std::uint64_t id;
-    SessionId session;
     std::uint64_t version;
     ReplyFn reply;
     TimerPtr timer;
@@ -52,7 +56,7 @@ class Coordination {
   struct LockHolder {
     SessionId session;
     std::uint64_t token;
-    std::uint64_t offset, length;
+    std::uint64_t length;
     TimerPtr lease;
   };
   struct LockWaiter {
@@ -64,8 +68,8 @@ class Coordination {
     TimerPtr timer;
   };
   struct Lock {
-    std::list<LockHolder> holders;
-    std::list<LockWaiter> waiters;  // FIFO
+    std::map<std::uint64_t, LockHolder> holders;  // by offset; ranges disjoint
+    std::list<LockWaiter> waiters;                // FIFO
   };
   struct Arrival {
     std::uint64_t id;
@@ -77,23 +81,42 @@ class Coordination {
     std::uint64_t parties = 0;
     std::list<Arrival> arrived;
   };
+  // What a session waits for (it has at most one request outstanding).
+  enum class WaitKind { version, lock, barrier };
+  struct Waiting {
+    WaitKind kind;
+    std::string name;
+    std::uint64_t id;
+  };
+  struct HeldLock {
+    std::string name;
+    std::uint64_t offset;
+  };
 
   void wait_version(SessionId session, const protocol::Body& request, const ReplyFn& reply);
   void lock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
   void unlock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
   void barrier(SessionId session, const protocol::Body& request, const ReplyFn& reply);
 
+  static bool conflicts_with_holder(const Lock& lock, std::uint64_t offset, std::uint64_t length);
   void grant(const std::string& name, Lock& lock, SessionId session, std::uint64_t offset, std::uint64_t length,
              std::chrono::milliseconds lease, const ReplyFn& reply);
   void grant_waiters(const std::string& name);
-  void release(const std::string& name, std::uint64_t token);
+  void release(std::uint64_t token);
+  void remove_waiting(SessionId session, const Waiting& waiting);
   TimerPtr start_timer(std::chrono::milliseconds after, std::function<void()> on_expiry);
+  void set_waiting(SessionId session, WaitKind kind, const std::string& name, std::uint64_t id);
+  void clear_waiting(SessionId session, std::uint64_t id);
 
   boost::asio::io_context& io_;
   Registry& registry_;
+  const std::uint64_t max_locks_per_session_;
   std::map<std::string, std::list<VersionWaiter>> version_waiters_;
   std::map<std::string, Lock> locks_;
   std::map<std::string, Barrier> barriers_;
+  std::unordered_map<std::uint64_t, HeldLock> held_;             // token -> where it is held
+  std::map<SessionId, std::set<std::uint64_t>> held_by_;         // session -> tokens
+  std::map<SessionId, Waiting> waiting_;                         // control sessions only
   std::uint64_t next_token_ = 1;
 };
 

@@ -4,20 +4,63 @@
 #include "util/parse.hpp"
 #include "vector_kernels.hpp"
 
+#include "protocol/layout_codec.hpp"
+
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
 
 namespace smb::server {
 namespace {
 constexpr std::uint64_t kSegmentAlignment = 4096;
+
+
+[[noreturn]] void over_quota(const char* what, std::uint64_t held, const char* flag) {
+  throw Error(Errc::no_space, std::string("this client already holds ") + std::to_string(held) + " " + what +
+                                  " here, the per-client limit (smbd " + flag + ")");
 }
+
+// Roughly what an entry costs in a reply, to keep pages under kMaxPageBytes.
+std::size_t reply_cost(const BufferSummary& b) { return b.name.size() + 48; }
+std::size_t reply_cost(const Layout& l) {
+  std::size_t bytes = l.name.size() + 64;
+  for (const auto& s : l.servers) bytes += s.size() + 16;
+  return bytes;
+}
+
+// One page of `entries` (a name-ordered map) after `after`: at most `limit`
+// entries that `take` accepts, converted by `make`.
+template <class T, class Map, class Take, class Make>
+Page<T> page_of(const Map& entries, const std::string& after, std::size_t limit, Take take, Make make) {
+  Page<T> page;
+  limit = std::clamp<std::size_t>(limit, 1, kMaxPageEntries);
+  std::size_t bytes = 0;
+  for (auto it = entries.upper_bound(after); it != entries.end(); ++it) {
+    if (!take(it->second)) continue;
+    T item = make(it->second);
+    bytes += reply_cost(item);
+    if (page.items.size() == limit || (bytes > kMaxPageBytes && !page.items.empty())) {
+      page.next = page.items.back().name;
+      break;
+    }
+    page.items.push_back(std::move(item));
+  }
+  return page;
+}
+}  // namespace
 
 Segment::~Segment() {
   registration.reset();  // unregister before the memory goes back
   if (allocator != nullptr) allocator->release(pool_offset, reserved);
 }
 
-Registry::Registry(MemoryPool& pool, transport::ServerTransport& transport)
-    : pool_(pool), transport_(transport), allocator_(pool.size(), kSegmentAlignment) {}
+Registry::Registry(MemoryPool& pool, transport::ServerTransport& transport, const SessionQuotas& quotas)
+    : pool_(pool),
+      transport_(transport),
+      allocator_(pool.size(), kSegmentAlignment),
+      pool_registration_(transport.register_pool(pool.base(), pool.size())),
+      quotas_(quotas) {}
 
 transport::SegmentDescriptor Registry::describe(const Segment& s) const {
   return {s.id, reinterpret_cast<std::uint64_t>(s.base), s.length, s.registration->remote_key()};
@@ -27,8 +70,16 @@ transport::SegmentDescriptor Registry::alloc_segment(SessionId session, const st
                                                      std::uint64_t length) {
   protocol::validate_name(name);
   if (length == 0) throw Error(Errc::invalid_argument, "segment length must be greater than zero");
-  std::lock_guard lock(mutex_);
-  if (by_name_.contains(name)) throw Error(Errc::already_exists, "buffer '" + name + "' already has a segment here");
+  auto check = [&] {
+    if (by_name_.contains(name))
+      throw Error(Errc::already_exists, "buffer '" + name + "' already has a segment here");
+    if (const auto held = usage_[session].handles; held >= quotas_.segments)
+      over_quota("segment handles", held, "--max-segments-per-client");
+  };
+  {
+    std::lock_guard lock(mutex_);
+    check();
+  }
   std::uint64_t reserved = 0;
   auto offset = allocator_.allocate(length, reserved);
   if (!offset)
@@ -37,19 +88,24 @@ transport::SegmentDescriptor Registry::alloc_segment(SessionId session, const st
                                     util::format_bytes(allocator_.largest_free()) + ")");
   auto segment = std::make_shared<Segment>();
   segment->name = name;
-  segment->id = next_segment_id_++;
   segment->pool_offset = *offset;
   segment->reserved = reserved;
   segment->length = length;
   segment->base = pool_.base() + *offset;
   segment->allocator = &allocator_;  // from here on, ~Segment returns the range
+  // Outside the registry's mutex, so that a large buffer does not hold up
+  // the data path's lookups. A new buffer reads as zeros, never as a
+  // destroyed buffer's data; this also faults its pages in.
+  std::memset(segment->base, 0, length);
   // The whole reserved range: page aligned, as transports that map memory need.
   segment->registration = transport_.register_memory(segment->base, reserved);
-  segment->open_handles = 1;
+  std::lock_guard lock(mutex_);
+  check();  // again: another session may have taken the name meanwhile
+  segment->id = next_segment_id_++;
   by_name_[name] = segment;
   by_id_[segment->id] = segment;
-  handles_[session][segment->id] += 1;
-  spdlog::info("segment {} for '{}': {} at pool offset {}", segment->id, name, util::format_bytes(length), *offset);
+  add_handle(session, *segment);
+  spdlog::debug("segment {} for '{}': {} at pool offset {}", segment->id, name, util::format_bytes(length), *offset);
   return describe(*segment);
 }
 
@@ -57,20 +113,27 @@ transport::SegmentDescriptor Registry::open_segment(SessionId session, const std
   std::lock_guard lock(mutex_);
   auto it = by_name_.find(name);
   if (it == by_name_.end()) throw Error(Errc::not_found, "no segment of buffer '" + name + "' here");
-  it->second->open_handles += 1;
-  handles_[session][it->second->id] += 1;
+  if (const auto held = usage_[session].handles; held >= quotas_.segments)
+    over_quota("segment handles", held, "--max-segments-per-client");
+  add_handle(session, *it->second);
   return describe(*it->second);
+}
+
+void Registry::add_handle(SessionId session, Segment& segment) {
+  segment.open_handles += 1;
+  handles_[session][segment.id] += 1;
+  usage_[session].handles += 1;
 }
 
 void Registry::close_segment(SessionId session, const std::string& name) {
   std::lock_guard lock(mutex_);
   auto& mine = handles_[session];
-  for (auto& [id, count] : mine) {
+  // The live segment of that name first; else one destroyed while open.
+  if (auto live = by_name_.find(name); live != by_name_.end() && mine.contains(live->second->id))
+    return release_handle(session, live->second->id);
+  for (const auto& [id, count] : mine) {
     auto seg = by_id_.find(id);
-    if (seg != by_id_.end() && seg->second->name == name && count > 0) {
-      release_handle(session, id);
-      return;
-    }
+    if (seg != by_id_.end() && seg->second->name == name && seg->second->unlinked) return release_handle(session, id);
   }
   throw Error(Errc::not_found, "this client holds no handle on buffer '" + name + "'");
 }
@@ -78,6 +141,7 @@ void Registry::close_segment(SessionId session, const std::string& name) {
 void Registry::release_handle(SessionId session, std::uint64_t segment_id) {
   auto& mine = handles_[session];
   if (--mine[segment_id] == 0) mine.erase(segment_id);
+  if (auto usage = usage_.find(session); usage != usage_.end() && usage->second.handles > 0) usage->second.handles -= 1;
   auto it = by_id_.find(segment_id);
   if (it == by_id_.end()) return;
   auto& segment = *it->second;
@@ -85,9 +149,21 @@ void Registry::release_handle(SessionId session, std::uint64_t segment_id) {
   if (segment.unlinked && segment.open_handles == 0) by_id_.erase(it);  // memory returns
 }
 
+void Registry::erase_record(std::map<std::string, Record>::iterator it) {
+  if (auto usage = usage_.find(it->second.creator); usage != usage_.end()) {
+    usage->second.layouts -= std::min<std::uint64_t>(usage->second.layouts, 1);
+    usage->second.layout_bytes -= std::min(usage->second.layout_bytes, it->second.bytes);
+  }
+  records_.erase(it);
+}
+
 void Registry::destroy(const std::string& name) {
   std::lock_guard lock(mutex_);
-  bool found = records_.erase(name) > 0;
+  bool found = false;
+  if (auto record = records_.find(name); record != records_.end()) {
+    erase_record(record);
+    found = true;
+  }
   auto it = by_name_.find(name);
   if (it != by_name_.end()) {
     found = true;
@@ -102,7 +178,14 @@ void Registry::reserve_name(SessionId session, const Layout& layout) {
   std::lock_guard lock(mutex_);
   if (records_.contains(layout.name))
     throw Error(Errc::already_exists, "buffer name '" + layout.name + "' is already taken");
-  records_[layout.name] = Record{layout, false, session};
+  auto& usage = usage_[session];
+  const std::uint64_t bytes = reply_cost(layout);
+  if (usage.layouts >= quotas_.layouts) over_quota("layout records", usage.layouts, "--max-layouts-per-client");
+  if (usage.layout_bytes + bytes > quotas_.layout_bytes)
+    over_quota("bytes of layout records", usage.layout_bytes, "--max-layout-bytes-per-client");
+  records_[layout.name] = Record{layout, false, session, session, bytes};
+  usage.layouts += 1;
+  usage.layout_bytes += bytes;
 }
 
 void Registry::commit_layout(SessionId session, const std::string& name) {
@@ -117,7 +200,7 @@ void Registry::commit_layout(SessionId session, const std::string& name) {
 void Registry::abandon_name(SessionId session, const std::string& name) {
   std::lock_guard lock(mutex_);
   auto it = records_.find(name);
-  if (it != records_.end() && !it->second.committed && it->second.owner == session) records_.erase(it);
+  if (it != records_.end() && !it->second.committed && it->second.owner == session) erase_record(it);
 }
 
 Layout Registry::get_layout(const std::string& name) const {
@@ -129,12 +212,10 @@ Layout Registry::get_layout(const std::string& name) const {
   return it->second.layout;
 }
 
-std::vector<Layout> Registry::list_layouts() const {
+Page<Layout> Registry::list_layouts(const std::string& after, std::size_t limit) const {
   std::lock_guard lock(mutex_);
-  std::vector<Layout> out;
-  for (const auto& [name, record] : records_)
-    if (record.committed) out.push_back(record.layout);
-  return out;
+  return page_of<Layout>(
+      records_, after, limit, [](const Record& r) { return r.committed; }, [](const Record& r) { return r.layout; });
 }
 
 void Registry::session_closed(SessionId session) {
@@ -146,9 +227,13 @@ void Registry::session_closed(SessionId session) {
       for (std::uint32_t i = 0; i < count; ++i) release_handle(session, id);
     handles_.erase(session);
   }
-  std::erase_if(records_, [&](const auto& entry) {
-    return !entry.second.committed && entry.second.owner == session;
-  });
+  for (auto it = records_.begin(); it != records_.end();) {
+    if (!it->second.committed && it->second.owner == session)
+      erase_record(it++);
+    else
+      ++it;
+  }
+  usage_.erase(session);  // what it created and left behind no longer counts
 }
 
 std::shared_ptr<Segment> Registry::find(const std::string& name) const {
@@ -213,9 +298,15 @@ ServerStats Registry::stats() const {
   s.used = allocator_.used();
   s.largest_free = allocator_.largest_free();
   s.huge_pages = pool_.huge_pages();
-  for (const auto& [name, segment] : by_name_)
-    s.buffers.push_back(BufferSummary{name, segment->length, segment->open_handles});
+  s.buffer_count = by_name_.size();
   return s;
+}
+
+Page<BufferSummary> Registry::buffers(const std::string& after, std::size_t limit) const {
+  std::lock_guard lock(mutex_);
+  return page_of<BufferSummary>(
+      by_name_, after, limit, [](const auto&) { return true; },
+      [](const std::shared_ptr<Segment>& s) { return BufferSummary{s->name, s->length, s->open_handles}; });
 }
 
 }  // namespace smb::server

@@ -6,6 +6,7 @@
 // A destroyed buffer's name is free at once; its memory returns to the pool
 // when the last handle on it closes (as with unlink), so a client still
 // holding the old remote key never writes into another buffer's memory.
+#include "limits.hpp"
 #include "memory_pool.hpp"
 #include "segment_allocator.hpp"
 #include "transport/transport.hpp"
@@ -61,12 +62,23 @@ struct ServerStats {
   std::uint64_t used = 0;
   std::uint64_t largest_free = 0;
   bool huge_pages = false;
-  std::vector<BufferSummary> buffers;
+  std::uint64_t buffer_count = 0;  // segments held here
 };
+
+// One page of a listing, in name order: what follows `after`, and the name
+// to ask after for the next page (empty on the last page). Pages are bounded
+// in entries and in bytes, so that any reply fits in a frame.
+template <class T>
+struct Page {
+  std::vector<T> items;
+  std::string next;
+};
+inline constexpr std::size_t kMaxPageEntries = 1000;
+inline constexpr std::size_t kMaxPageBytes = 512 * 1024;
 
 class Registry {
  public:
-  Registry(MemoryPool& pool, transport::ServerTransport& transport);
+  Registry(MemoryPool& pool, transport::ServerTransport& transport, const SessionQuotas& quotas = {});
 
   transport::SegmentDescriptor alloc_segment(SessionId session, const std::string& name, std::uint64_t length);
   transport::SegmentDescriptor open_segment(SessionId session, const std::string& name);
@@ -79,7 +91,7 @@ class Registry {
   void commit_layout(SessionId session, const std::string& name);
   void abandon_name(SessionId session, const std::string& name);
   Layout get_layout(const std::string& name) const;
-  std::vector<Layout> list_layouts() const;
+  Page<Layout> list_layouts(const std::string& after, std::size_t limit) const;
 
   // Applies a vector op; returns the segment's new version.
   std::uint64_t apply(const VectorRequest& request);
@@ -88,25 +100,40 @@ class Registry {
   void session_closed(SessionId session);
   std::optional<transport::SegmentAccess> resolve(std::uint64_t segment_id) const;
   ServerStats stats() const;
+  Page<BufferSummary> buffers(const std::string& after, std::size_t limit) const;
 
  private:
   struct Record {
     Layout layout;
     bool committed = false;
-    SessionId owner = 0;  // the creator, until it commits
+    SessionId owner = 0;    // the creator, until it commits
+    SessionId creator = 0;  // counts against this session's quota while it lasts
+    std::uint64_t bytes = 0;
+  };
+  // What one session holds, for its quotas.
+  struct Usage {
+    std::uint64_t handles = 0;
+    std::uint64_t layouts = 0;
+    std::uint64_t layout_bytes = 0;
   };
   transport::SegmentDescriptor describe(const Segment& segment) const;
   std::shared_ptr<Segment> find(const std::string& name) const;
-  void release_handle(SessionId session, std::uint64_t segment_id);  // under mutex_
+  // Under mutex_:
+  void add_handle(SessionId session, Segment& segment);
+  void release_handle(SessionId session, std::uint64_t segment_id);
+  void erase_record(std::map<std::string, Record>::iterator it);
 
   MemoryPool& pool_;
   transport::ServerTransport& transport_;
   SegmentAllocator allocator_;
+  std::unique_ptr<transport::Registration> pool_registration_;  // where the transport registers the pool once
+  const SessionQuotas quotas_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Segment>> by_name_;
   std::map<std::uint64_t, std::shared_ptr<Segment>> by_id_;  // includes unlinked, still open
   std::map<std::string, Record> records_;
   std::map<SessionId, std::map<std::uint64_t, std::uint32_t>> handles_;  // session -> segment -> count
+  std::map<SessionId, Usage> usage_;
   std::uint64_t next_segment_id_ = 1;
 };
 

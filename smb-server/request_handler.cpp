@@ -1,6 +1,7 @@
 #include "request_handler.hpp"
 
 #include "protocol/layout_codec.hpp"
+#include "util/parse.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -20,7 +21,7 @@ Body segment_body(const transport::SegmentDescriptor& d) {
 VectorRequest vector_request(const Body& req, transport::Bytes payload = {}) {
   const char* what = "vector_op";
   VectorRequest r;
-  r.name = protocol::get_string(req, "name", what);
+  r.name = protocol::get_name(req, "name", what);
   const auto op = protocol::get_u64(req, "op", what);
   const auto type = protocol::get_u64(req, "dtype", what);
   if (op < 1 || op > 4) throw Error(Errc::invalid_argument, "vector_op: unknown op " + std::to_string(op));
@@ -31,7 +32,7 @@ VectorRequest vector_request(const Body& req, transport::Bytes payload = {}) {
   r.count = protocol::get_u64(req, "count", what);
   r.alpha = req.contains("alpha") ? protocol::get_double(req, "alpha", what) : 1.0;
   if (req.contains("source")) {
-    r.source = protocol::get_string(req, "source", what);
+    r.source = protocol::get_name(req, "source", what);
     r.source_offset = protocol::get_u64(req, "source_offset", what);
   } else if (req.contains("data")) {
     r.data = protocol::get_binary(req, "data", what);
@@ -41,21 +42,25 @@ VectorRequest vector_request(const Body& req, transport::Bytes payload = {}) {
   return r;
 }
 
-}  // namespace
-
-namespace {
-// Every failure becomes an error reply naming what was wrong.
-template <class F>
-Body replying(std::uint16_t type, F&& f) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    return protocol::error_reply(e.code(), e.what());
-  } catch (const std::exception& e) {
-    spdlog::error("request {} failed: {}", protocol::message_name(type), e.what());
-    return protocol::error_reply(Errc::internal, e.what());
-  }
+// Paging of listings: {after: NAME, limit: N} -> {ITEMS: [...], next: NAME}
+// ("next" only when more follow).
+std::string page_after(const Body& req, const char* what) {
+  if (!req.contains("after")) return {};
+  auto after = protocol::get_string(req, "after", what);
+  if (after.size() > protocol::kMaxNameLength)
+    throw Error(Errc::invalid_argument, std::string(what) + ": 'after' is longer than any buffer name");
+  return after;
 }
+std::size_t page_limit(const Body& req, const char* what) {
+  return req.contains("limit") ? protocol::get_u64(req, "limit", what) : kMaxPageEntries;
+}
+template <class T>
+Body page_reply(Body fields, const char* items, const Page<T>& page, Body list) {
+  fields[items] = std::move(list);
+  if (!page.next.empty()) fields["next"] = page.next;
+  return protocol::ok_reply(std::move(fields));
+}
+
 }  // namespace
 
 Body RequestHandler::handle(SessionId session, std::uint16_t type, const Body& request) {
@@ -68,6 +73,17 @@ Body RequestHandler::apply(const Body& request, transport::Bytes payload) {
   });
 }
 
+// A layout reserved here must be one this fabric could hold: its share on
+// this server within this server's capacity (layout_from_body has checked
+// the geometry and the bounds every server shares).
+void RequestHandler::check_fits(const Layout& layout) const {
+  const auto capacity = registry_.stats().capacity;
+  for (std::size_t i = 0; i < layout.servers.size(); ++i)
+    if (layout.servers[i] == identity_.address && layout.shares[i] > capacity)
+      throw Error(Errc::no_space, "buffer '" + layout.name + "': its share of " + util::format_bytes(layout.shares[i]) +
+                                      " on this server exceeds its capacity of " + util::format_bytes(capacity));
+}
+
 Body RequestHandler::dispatch(SessionId session, MessageType type, const Body& req) {
   const char* what = protocol::message_name(static_cast<std::uint16_t>(type));
   switch (type) {
@@ -75,7 +91,7 @@ Body RequestHandler::dispatch(SessionId session, MessageType type, const Body& r
       const auto transport = protocol::get_string(req, "transport", what);
       if (transport != identity_.transport)
         throw Error(Errc::invalid_argument, "this smbd serves transport '" + identity_.transport +
-                                                "', the client asked for '" + transport + "'");
+                                                "', the client asked for " + util::quoted(transport));
       return protocol::ok_reply({{"server", identity_.address},
                                  {"transport", identity_.transport},
                                  {"address", protocol::binary(identity_.transport_address)}});
@@ -83,55 +99,60 @@ Body RequestHandler::dispatch(SessionId session, MessageType type, const Body& r
     case MessageType::reserve_name: {
       auto it = req.find("layout");
       if (it == req.end()) throw Error(Errc::protocol, std::string(what) + ": no layout");
-      registry_.reserve_name(session, protocol::layout_from_body(*it, what));
+      auto layout = protocol::layout_from_body(*it, what);
+      check_fits(layout);
+      registry_.reserve_name(session, layout);
       return protocol::ok_reply();
     }
     case MessageType::commit_layout:
-      registry_.commit_layout(session, protocol::get_string(req, "name", what));
+      registry_.commit_layout(session, protocol::get_name(req, "name", what));
       return protocol::ok_reply();
     case MessageType::abandon_name:
-      registry_.abandon_name(session, protocol::get_string(req, "name", what));
+      registry_.abandon_name(session, protocol::get_name(req, "name", what));
       return protocol::ok_reply();
     case MessageType::get_layout:
       return protocol::ok_reply(
-          {{"layout", protocol::layout_to_body(registry_.get_layout(protocol::get_string(req, "name", what)))}});
+          {{"layout", protocol::layout_to_body(registry_.get_layout(protocol::get_name(req, "name", what)))}});
     case MessageType::alloc_segment:
       return protocol::ok_reply(segment_body(registry_.alloc_segment(
-          session, protocol::get_string(req, "name", what), protocol::get_u64(req, "length", what))));
+          session, protocol::get_name(req, "name", what), protocol::get_u64(req, "length", what))));
     case MessageType::open_segment:
-      return protocol::ok_reply(segment_body(registry_.open_segment(session, protocol::get_string(req, "name", what))));
+      return protocol::ok_reply(segment_body(registry_.open_segment(session, protocol::get_name(req, "name", what))));
     case MessageType::close_segment:
-      registry_.close_segment(session, protocol::get_string(req, "name", what));
+      registry_.close_segment(session, protocol::get_name(req, "name", what));
       return protocol::ok_reply();
     case MessageType::destroy:
-      registry_.destroy(protocol::get_string(req, "name", what));
+      registry_.destroy(protocol::get_name(req, "name", what));
       return protocol::ok_reply();
     case MessageType::stat: {
       const auto s = registry_.stats();
+      const auto page = registry_.buffers(page_after(req, what), page_limit(req, what));
       Body buffers = Body::array();
-      for (const auto& b : s.buffers)
+      for (const auto& b : page.items)
         buffers.push_back({{"name", b.name}, {"bytes", b.bytes}, {"open_handles", b.open_handles}});
-      return protocol::ok_reply({{"server", identity_.address},
-                                 {"transport", identity_.transport},
-                                 {"capacity", s.capacity},
-                                 {"used", s.used},
-                                 {"largest_free", s.largest_free},
-                                 {"huge_pages", s.huge_pages},
-                                 {"clients", clients_.load()},
-                                 {"buffers", buffers}});
+      return page_reply({{"server", identity_.address},
+                         {"transport", identity_.transport},
+                         {"capacity", s.capacity},
+                         {"used", s.used},
+                         {"largest_free", s.largest_free},
+                         {"huge_pages", s.huge_pages},
+                         {"clients", clients_.load()},
+                         {"buffer_count", s.buffer_count}},
+                        "buffers", page, std::move(buffers));
     }
-    case MessageType::vector_op:  // served by apply(), off the io thread
-    case MessageType::wait_version:
     case MessageType::get_version:
-      return protocol::ok_reply({{"version", registry_.version(protocol::get_string(req, "name", what))}});
+      return protocol::ok_reply({{"version", registry_.version(protocol::get_name(req, "name", what))}});
+    case MessageType::vector_op:
+    case MessageType::wait_version:
     case MessageType::lock:
     case MessageType::unlock:
     case MessageType::barrier:
-      throw Error(Errc::internal, std::string(what) + " is served elsewhere (vector ops, coordination)");
+      throw Error(Errc::internal, std::string(what) + " is served elsewhere (worker pool, coordination)");
     case MessageType::list_layouts: {
+      const auto page = registry_.list_layouts(page_after(req, what), page_limit(req, what));
       Body layouts = Body::array();
-      for (const auto& l : registry_.list_layouts()) layouts.push_back(protocol::layout_to_body(l));
-      return protocol::ok_reply({{"layouts", layouts}});
+      for (const auto& l : page.items) layouts.push_back(protocol::layout_to_body(l));
+      return page_reply(Body::object(), "layouts", page, std::move(layouts));
     }
   }
   throw Error(Errc::protocol, "unknown control message type " + std::to_string(static_cast<int>(type)));

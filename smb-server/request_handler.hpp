@@ -3,6 +3,7 @@
 // failure becomes an error reply that names what was wrong.
 #include "protocol/messages.hpp"
 #include "registry.hpp"
+#include "replies.hpp"
 
 #include <atomic>
 
@@ -25,6 +26,7 @@ class RequestHandler {
 
  private:
   protocol::Body dispatch(SessionId session, protocol::MessageType type, const protocol::Body& request);
+  void check_fits(const Layout& layout) const;
 
   Registry& registry_;
   const ServerIdentity& identity_;

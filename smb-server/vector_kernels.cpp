@@ -10,6 +10,43 @@
 
 namespace smb::server {
 
+float f16_to_f32_portable(std::uint16_t bits) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
+  const std::uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in a float
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  if (exponent == 31)  // infinity, or a NaN (made quiet, as the hardware does)
+    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13) | (mantissa != 0 ? 0x400000u : 0));
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+std::uint16_t f32_to_f16_portable(float value) noexcept {
+  const auto u = std::bit_cast<std::uint32_t>(value);
+  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  const std::uint32_t magnitude = u & 0x7fffffffu;
+  if (magnitude > 0x7f800000u)  // NaN: stays a quiet NaN with the payload's top bits
+    return static_cast<std::uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  if (magnitude >= 0x47800000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65536: infinity
+  // Rounds q (with `shift` bits of r below it) to nearest, ties to even.
+  auto rounded = [](std::uint32_t q, std::uint32_t rest, std::uint32_t half) {
+    return rest > half || (rest == half && (q & 1u) != 0) ? q + 1 : q;
+  };
+  const std::uint32_t exponent = magnitude >> 23;
+  if (exponent < 113) {  // below 2^-14: a subnormal half (or zero) in units of 2^-24
+    if (exponent < 102) return sign;  // below 2^-25: rounds to zero
+    const std::uint32_t m = (magnitude & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126 - exponent;  // 14..24
+    return static_cast<std::uint16_t>(sign | rounded(m >> shift, m & ((1u << shift) - 1), 1u << (shift - 1)));
+  }
+  // Normal: a carry out of the mantissa moves into the exponent (up to infinity), as it should.
+  const std::uint32_t q = ((exponent - 112) << 10) | ((magnitude & 0x7fffffu) >> 13);
+  return static_cast<std::uint16_t>(sign | rounded(q, magnitude & 0x1fffu, 0x1000u));
+}
+
+#if defined(__FLT16_MANT_DIG__)  // the compiler has _Float16 (GCC 12; clang 15+ on x86)
 float f16_to_f32(std::uint16_t bits) noexcept {
   _Float16 h;
   std::memcpy(&h, &bits, sizeof h);
@@ -22,6 +59,10 @@ std::uint16_t f32_to_f16(float value) noexcept {
   std::memcpy(&bits, &h, sizeof bits);
   return bits;
 }
+#else
+float f16_to_f32(std::uint16_t bits) noexcept { return f16_to_f32_portable(bits); }
+std::uint16_t f32_to_f16(float value) noexcept { return f32_to_f16_portable(value); }
+#endif
 
 float bf16_to_f32(std::uint16_t bits) noexcept {
   return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);

@@ -17,5 +17,10 @@ float f16_to_f32(std::uint16_t bits) noexcept;
 std::uint16_t f32_to_f16(float value) noexcept;
 float bf16_to_f32(std::uint16_t bits) noexcept;
 std::uint16_t f32_to_bf16(float value) noexcept;
+// The same f16 conversions in integer arithmetic, for compilers without
+// _Float16 (clang before 15 on x86, as in the fuzz build); tested bit for
+// bit against _Float16 where both exist.
+float f16_to_f32_portable(std::uint16_t bits) noexcept;
+std::uint16_t f32_to_f16_portable(float value) noexcept;
 
 }  // namespace smb::server

@@ -1,7 +1,8 @@
 /* Plain C API of libsmb, for FFI (Python ctypes/cffi, Caffe, other languages).
- * Every function returns 0 on success or a positive smb_errc (see
- * smb/error.hpp); smb_last_error() gives the message of the calling thread's
- * last failure. Handles are opaque and must be released by their _close/_free. */
+ * Every function returns SMB_OK (0) on success or a positive smb_errc;
+ * smb_last_error() gives the message of the calling thread's last failure.
+ * A NULL handle, name or out-pointer is SMB_EINVAL, never a crash. Handles
+ * are opaque and must be released by their _close/_free (which accept NULL). */
 #ifndef SMB_SMB_H
 #define SMB_SMB_H
 
@@ -11,6 +12,22 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The same codes as smb::Errc (smb/error.hpp). */
+enum smb_errc {
+  SMB_OK = 0,
+  SMB_EINVAL = 1,       /* bad size, offset, alignment, name, option, NULL pointer */
+  SMB_ERANGE = 2,       /* offset/size beyond the buffer */
+  SMB_ENOENT = 3,       /* unknown buffer name */
+  SMB_EEXIST = 4,       /* name already taken */
+  SMB_ENOSPC = 5,       /* not enough free memory on a server, or a per-client limit */
+  SMB_EUNREACHABLE = 6, /* cannot connect to a server */
+  SMB_EGONE = 7,        /* a connected server went away */
+  SMB_ETIMEDOUT = 8,    /* a wait ran past its deadline */
+  SMB_EPROTO = 9,       /* malformed or unexpected message */
+  SMB_ETRANSPORT = 10,  /* the transport (UCX, verbs) reported a failure */
+  SMB_EINTERNAL = 11
+};
 
 typedef struct smb_client smb_client;
 typedef struct smb_buffer smb_buffer;

@@ -5,6 +5,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+
 namespace smb::protocol {
 
 Body layout_to_body(const Layout& layout) {
@@ -28,8 +30,11 @@ Layout layout_from_body(const Body& body, std::string_view what) {
     throw Error(Errc::protocol, std::string(what) + ": layout lacks servers or shares arrays");
   if (servers->empty() || servers->size() > kMaxServersPerBuffer || servers->size() != shares->size())
     throw Error(Errc::protocol, std::string(what) + ": layout has a bad number of servers or shares");
-  if (l.size == 0 || l.stripe_unit == 0)
-    throw Error(Errc::protocol, std::string(what) + ": layout has zero size or stripe unit");
+  if (l.size == 0 || l.stripe_unit == 0 || l.stripe_unit % 8 != 0)
+    throw Error(Errc::protocol, std::string(what) + ": layout needs a size and a stripe unit that is a positive multiple of 8");
+  if (l.size / servers->size() > kMaxServerCapacity)
+    throw Error(Errc::protocol, std::string(what) + ": layout of " + std::to_string(l.size) +
+                                    " bytes cannot fit on " + std::to_string(servers->size()) + " server(s)");
   StripeGeometry g{l.size, l.stripe_unit, static_cast<std::uint32_t>(servers->size())};
   for (std::size_t i = 0; i < servers->size(); ++i) {
     const auto& s = (*servers)[i];
@@ -38,10 +43,14 @@ Layout layout_from_body(const Body& body, std::string_view what) {
       throw Error(Errc::protocol, std::string(what) + ": layout entry " + std::to_string(i) + " is malformed");
     l.servers.push_back(util::parse_host_port(s.get<std::string>()).str());
     l.shares.push_back(b.get<std::uint64_t>());
-    if (l.shares.back() != g.share(static_cast<std::uint32_t>(i)))
+    if (l.shares.back() != g.share(static_cast<std::uint32_t>(i)) || l.shares.back() > kMaxServerCapacity)
       throw Error(Errc::protocol, std::string(what) + ": layout share of server " + std::to_string(i) +
                                       " does not match its geometry");
   }
+  auto sorted = l.servers;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    throw Error(Errc::protocol, std::string(what) + ": layout names a server twice");
   return l;
 }
 

@@ -10,10 +10,15 @@
 namespace smb::protocol {
 
 inline constexpr std::size_t kMaxServersPerBuffer = 4096;
+// The most memory one smbd lends (--capacity): 256 TiB. A layout whose
+// shares could not fit on servers of this size is forged or corrupt.
+inline constexpr std::uint64_t kMaxServerCapacity = 1ull << 48;
 
 Body layout_to_body(const Layout& layout);
-// Validates everything a peer could get wrong: name, geometry, shares that
-// do not follow from the geometry, server addresses.
+// Validates everything a peer could get wrong, as the client builds layouts:
+// name, a stripe unit that is a positive multiple of 8, shares that follow
+// from the geometry and fit a server of kMaxServerCapacity, 1 to
+// kMaxServersPerBuffer distinct, well-formed server addresses.
 Layout layout_from_body(const Body& body, std::string_view what);
 
 // The home server of a name: where its layout record lives. Every client

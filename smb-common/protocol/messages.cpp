@@ -1,5 +1,7 @@
 #include "protocol/messages.hpp"
 
+#include "util/parse.hpp"
+
 #include <cstring>
 
 namespace smb::protocol {
@@ -85,7 +87,58 @@ Bytes encode_frame(std::uint16_t type, std::uint32_t request_id, const Body& bod
   return frame;
 }
 
+Bytes encode_reply(std::uint16_t type, std::uint32_t request_id, const Body& reply) {
+  const auto reply_type = static_cast<std::uint16_t>(type | kReplyBit);
+  try {
+    return encode_frame(reply_type, request_id, reply);
+  } catch (const Error& e) {
+    return encode_frame(reply_type, request_id, error_reply(Errc::internal, e.what()));
+  }
+}
+
+namespace {
+
+// A SAX consumer that builds nothing and only tracks nesting: returning
+// false from start_* ends the parse there, before nlohmann's reader recurses
+// any deeper.
+class DepthCheck : public nlohmann::json_sax<Body> {
+ public:
+  bool too_deep = false;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return enter(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return leave(); }
+  bool start_array(std::size_t) override { return enter(); }
+  bool end_array() override { return leave(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  bool enter() {
+    if (++depth_ > kMaxBodyDepth) too_deep = true;
+    return !too_deep;
+  }
+  bool leave() {
+    --depth_;
+    return true;
+  }
+  std::size_t depth_ = 0;
+};
+
+}  // namespace
+
 Body decode_body(std::span<const std::uint8_t> bytes) {
+  DepthCheck depth;
+  const bool well_formed =
+      Body::sax_parse(bytes.begin(), bytes.end(), &depth, nlohmann::json::input_format_t::msgpack, /*strict=*/true);
+  if (depth.too_deep)
+    throw Error(Errc::protocol, "control message body nests deeper than " + std::to_string(kMaxBodyDepth) + " levels");
+  if (!well_formed) throw Error(Errc::protocol, "control message body is not a valid MessagePack map");
   Body body = Body::from_msgpack(bytes.begin(), bytes.end(), /*strict=*/true, /*allow_exceptions=*/false);
   if (body.is_discarded() || !body.is_object())
     throw Error(Errc::protocol, "control message body is not a valid MessagePack map");
@@ -123,17 +176,22 @@ double get_double(const Body& body, const char* field, std::string_view what) {
   return it->get<double>();
 }
 
+std::string get_name(const Body& body, const char* field, std::string_view what) {
+  auto name = get_string(body, field, what);
+  validate_name(name);
+  return name;
+}
+
 void validate_name(std::string_view name) {
   if (name.empty() || name.size() > kMaxNameLength)
-    throw Error(Errc::invalid_argument, "buffer name '" + std::string(name.substr(0, 64)) +
-                                            "' must be 1 to " + std::to_string(kMaxNameLength) +
-                                            " characters long");
+    throw Error(Errc::invalid_argument, "buffer name " + util::quoted(name) + " must be 1 to " +
+                                            std::to_string(kMaxNameLength) + " characters long");
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     std::strchr("._:/@+-_", c) != nullptr;
     if (!ok || c == '\0')
-      throw Error(Errc::invalid_argument, "buffer name '" + std::string(name) +
-                                              "' has a character outside [A-Za-z0-9._:/@+-_]");
+      throw Error(Errc::invalid_argument,
+                  "buffer name " + util::quoted(name) + " has a character outside [A-Za-z0-9._:/@+-_]");
   }
 }
 
@@ -142,8 +200,19 @@ Body ok_reply(Body fields) {
   return fields;
 }
 
+bool is_ok(const Body& reply) {
+  auto ok = reply.find("ok");
+  return ok != reply.end() && ok->is_boolean() && ok->get<bool>();
+}
+
 Body error_reply(Errc code, const std::string& message) {
-  return Body{{"ok", false}, {"errc", static_cast<int>(code)}, {"error", message}};
+  if (message.size() <= kMaxErrorLength)
+    return Body{{"ok", false}, {"errc", static_cast<int>(code)}, {"error", message}};
+  // Cut at a character boundary: the texts are ASCII apart from what quoted()
+  // escapes, but a caller may still have put UTF-8 in.
+  std::size_t cut = kMaxErrorLength;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  return Body{{"ok", false}, {"errc", static_cast<int>(code)}, {"error", message.substr(0, cut) + "...(cut)"}};
 }
 
 void throw_if_error(const Body& reply, const std::string& context) {

@@ -29,6 +29,12 @@ inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::uint32_t kMaxBodySize = 1u << 20;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 inline constexpr std::size_t kMaxNameLength = 200;
+// Deepest nesting a body may have: ours are a map holding arrays or maps at
+// most three levels down. Checked before anything recurses (decode_body).
+inline constexpr std::size_t kMaxBodyDepth = 16;
+// Error texts are cut to this many bytes, so that no error reply can grow
+// with what a client sent.
+inline constexpr std::size_t kMaxErrorLength = 1024;
 
 enum class MessageType : std::uint16_t {
   hello = 1,           // {client, transport, address(bin)} -> {server, transport, address(bin), capacity}
@@ -63,8 +69,14 @@ std::array<std::uint8_t, kHeaderSize> encode_header(const Header& header);
 // Throws Error(protocol) on a bad magic, version or length.
 Header decode_header(std::span<const std::uint8_t, kHeaderSize> bytes);
 
+// Throws Error(invalid_argument) when the body exceeds kMaxBodySize.
 Bytes encode_frame(std::uint16_t type, std::uint32_t request_id, const Body& body);
-// Throws Error(protocol) unless bytes are one MessagePack map.
+// A reply frame for request `type`; never throws: a reply too large for a
+// frame goes out as an error reply that says so.
+Bytes encode_reply(std::uint16_t type, std::uint32_t request_id, const Body& reply);
+// Throws Error(protocol) unless bytes are one MessagePack map nested at most
+// kMaxBodyDepth deep. The depth is checked in a SAX pass that stops at the
+// first level too deep, so a hostile body cannot exhaust the stack.
 Body decode_body(std::span<const std::uint8_t> bytes);
 
 // Field accessors that validate type and presence; `what` names the message.
@@ -73,6 +85,8 @@ std::uint64_t get_u64(const Body& body, const char* field, std::string_view what
 Bytes get_binary(const Body& body, const char* field, std::string_view what);
 bool get_bool(const Body& body, const char* field, std::string_view what);
 double get_double(const Body& body, const char* field, std::string_view what);
+// A buffer (or lock, barrier) name: a string that passes validate_name.
+std::string get_name(const Body& body, const char* field, std::string_view what);
 
 inline Body binary(Bytes bytes) { return Body::binary(std::move(bytes)); }
 
@@ -80,6 +94,9 @@ inline Body binary(Bytes bytes) { return Body::binary(std::move(bytes)); }
 void validate_name(std::string_view name);
 
 Body ok_reply(Body fields = Body::object());
+// True for a reply whose "ok" is true.
+bool is_ok(const Body& reply);
+// `message` is cut to kMaxErrorLength bytes.
 Body error_reply(Errc code, const std::string& message);
 // Throws the Error a reply carries; `context` prefixes its message.
 void throw_if_error(const Body& reply, const std::string& context);

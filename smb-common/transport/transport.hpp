@@ -3,11 +3,12 @@
 // implements the same four pieces, so the server and the client never see
 // which one they run on:
 //
-//   ServerTransport  the daemon's side: registers segments (one registration
-//                    and remote key each), runs the progress loop, and serves
-//                    server-assisted ops against a SegmentResolver.
-//   Registration     one registered segment; its packed remote key grants
-//                    access to that segment only.
+//   ServerTransport  the daemon's side: registers the pool and its segments,
+//                    runs the progress loop, and serves server-assisted ops
+//                    against a SegmentResolver.
+//   Registration     registered memory and the packed remote key a client
+//                    needs to reach it (per segment, or the pool's: see
+//                    register_pool).
 //   ClientTransport  a client's side: owns the local progress engine and
 //                    opens one Channel per server.
 //   Channel          the data path to one server: put/get/atomics on a
@@ -71,8 +72,16 @@ class ServerTransport {
   virtual std::string name() const = 0;
   // Connection information clients need (e.g. a UCX worker address).
   virtual const Bytes& address() const = 0;
-  // Registers a page-aligned range of the pool. A transport may replace the
-  // range's pages with fresh zeroed memory that it can share (UCX does).
+  // Called once, with the daemon's whole pool, before any register_memory.
+  // A transport whose keys need an OS object per registration (UCX's
+  // shared memory: a SysV segment or a file descriptor each) registers the
+  // pool here, once, and may replace its pages with zeroed memory it can
+  // share; it returns that registration (the caller keeps it alive until
+  // every segment is gone). Others return null and register per segment.
+  virtual std::unique_ptr<Registration> register_pool(void* base, std::size_t length) = 0;
+  // Registers a page-aligned range of the pool for one segment; the remote
+  // key reaches at least that range (the whole pool where the pool was
+  // registered once).
   virtual std::unique_ptr<Registration> register_memory(void* base, std::size_t length) = 0;
   // Starts the progress thread; server-assisted ops resolve segments through
   // `resolver`, and calls go to `calls`.

@@ -3,6 +3,7 @@
 #include <smb/client.hpp>
 #include <smb/error.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <limits>
@@ -76,29 +77,55 @@ std::vector<std::string> parse_server_list(std::string_view text) {
 namespace smb::util {
 
 HostPort parse_host_port(std::string_view text, bool allow_zero_port) {
+  constexpr std::size_t kMaxHost = 253;  // the longest DNS name
+  const auto shown = [&] { return util::quoted(text); };
   auto colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size())
-    throw Error(Errc::invalid_argument,
-                "invalid address '" + std::string(text) + "': expected HOST:PORT, e.g. 127.0.0.1:7000");
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size() || colon > kMaxHost + 2)
+    throw Error(Errc::invalid_argument, "invalid address " + shown() + ": expected HOST:PORT, e.g. 127.0.0.1:7000");
   HostPort hp;
   hp.host = std::string(text.substr(0, colon));
-  if (hp.host.front() == '[' && hp.host.back() == ']') hp.host = hp.host.substr(1, hp.host.size() - 2);
+  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']')
+    hp.host = hp.host.substr(1, hp.host.size() - 2);
+  const bool printable = std::all_of(hp.host.begin(), hp.host.end(), [](char c) {
+    return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  if (hp.host.empty() || hp.host.size() > kMaxHost || !printable)
+    throw Error(Errc::invalid_argument, "invalid host in address " + shown() +
+                                            ": expected a name or IP address of 1 to 253 printable characters");
   auto port_text = text.substr(colon + 1);
   unsigned port = 0;
   auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
   if (ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535 ||
       (port == 0 && !allow_zero_port))
     throw Error(Errc::invalid_argument,
-                "invalid port in '" + std::string(text) + "': expected 1-65535");
+                "invalid port in address " + shown() + ": expected 1-65535");
   hp.port = static_cast<std::uint16_t>(port);
   return hp;
 }
 
+std::string quoted(std::string_view text) {
+  constexpr std::size_t kMaxQuoted = 64;
+  std::string out = "'";
+  for (char c : text.substr(0, kMaxQuoted)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+      out += escaped;
+    }
+  }
+  out += '\'';
+  if (text.size() > kMaxQuoted) out += "...(" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 std::string format_bytes(std::uint64_t bytes) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = static_cast<double>(bytes);
   int u = 0;
-  while (v >= 1024.0 && u < 4) {
+  while (v >= 1024.0 && u < 6) {
     v /= 1024.0;
     ++u;
   }

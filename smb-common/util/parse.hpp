@@ -12,8 +12,14 @@ struct HostPort {
   std::string str() const { return host + ":" + std::to_string(port); }
 };
 
-// "host:port"; port may be 0 where allow_zero_port (the OS picks one).
+// "host:port"; port may be 0 where allow_zero_port (the OS picks one). The
+// host is a DNS name or an IP address: 1 to 253 characters, no spaces or
+// control characters.
 HostPort parse_host_port(std::string_view text, bool allow_zero_port = false);
+// A peer's or user's string as error texts show it: in quotes, at most 64
+// bytes (then "...(N bytes)"), bytes outside printable ASCII as \xNN, so
+// that any text built from it stays short and valid UTF-8.
+std::string quoted(std::string_view text);
 // Human-readable size with a binary unit: 1536 -> "1.5 KiB".
 std::string format_bytes(std::uint64_t bytes);
 

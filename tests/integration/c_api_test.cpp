@@ -56,6 +56,54 @@ TEST_P(CApiTest, RoundTripAtomicsVectorOpsAndCoordination) {
   smb_client_free(client);
 }
 
+// Every handle, name and out-pointer may be NULL: SMB_EINVAL naming the
+// argument, never a crash (smb_buffer_create(c, NULL, ...) segfaulted before).
+TEST_P(CApiTest, NullArgumentsAreEinval) {
+  smb_client* client = nullptr;
+  ASSERT_EQ(smb_client_connect(server_list().c_str(), 5000, &client), SMB_OK) << smb_last_error();
+  smb_buffer* buffer = nullptr;
+  ASSERT_EQ(smb_buffer_create(client, "c-null", 4096, 0, &buffer), SMB_OK) << smb_last_error();
+  std::vector<std::uint8_t> bytes(64);
+  std::uint64_t value = 0;
+  smb_request* request = nullptr;
+  smb_lock* lock = nullptr;
+  smb_registration* registration = nullptr;
+  const std::vector<std::pair<const char*, int>> calls = {
+      {"connect out", smb_client_connect(server_list().c_str(), 5000, nullptr)},
+      {"create client", smb_buffer_create(nullptr, "x", 4096, 0, &buffer)},
+      {"create name", smb_buffer_create(client, nullptr, 4096, 0, &buffer)},
+      {"create out", smb_buffer_create(client, "x", 4096, 0, nullptr)},
+      {"open name", smb_buffer_open(client, nullptr, &buffer)},
+      {"open client", smb_buffer_open(nullptr, "c-null", &buffer)},
+      {"destroy name", smb_buffer_destroy(client, nullptr)},
+      {"write buffer", smb_write(nullptr, 0, bytes.data(), bytes.size())},
+      {"write data", smb_write(buffer, 0, nullptr, 8)},
+      {"read out", smb_read(buffer, 0, nullptr, 8)},
+      {"write_async out", smb_write_async(buffer, 0, bytes.data(), 8, nullptr)},
+      {"read_async buffer", smb_read_async(nullptr, 0, bytes.data(), 8, &request)},
+      {"request", smb_request_wait(nullptr)},
+      {"fetch_add old", smb_fetch_add(buffer, 0, 1, nullptr)},
+      {"compare_swap buffer", smb_compare_swap(nullptr, 0, 0, 1, &value)},
+      {"apply_from source", smb_apply_from(buffer, 1, 1, 0, 1, 1.0, nullptr, 0)},
+      {"version out", smb_buffer_version(buffer, nullptr)},
+      {"wait_version buffer", smb_wait_version(nullptr, 1, 10, &value)},
+      {"lock name", smb_lock_acquire(client, nullptr, 100, 100, &lock)},
+      {"lock out", smb_lock_acquire(client, "l", 100, 100, nullptr)},
+      {"unlock", smb_lock_release(nullptr)},
+      {"barrier client", smb_barrier(nullptr, "b", 1, 100)},
+      {"register base", smb_register_memory(client, nullptr, 64, &registration)},
+  };
+  for (const auto& [what, rc] : calls) EXPECT_EQ(rc, SMB_EINVAL) << what << ": " << smb_last_error();
+  EXPECT_EQ(smb_buffer_size(nullptr), 0u);
+  smb_buffer_close(nullptr);
+  smb_client_free(nullptr);
+  smb_unregister_memory(nullptr);
+  EXPECT_EQ(smb_write(buffer, 0, bytes.data(), bytes.size()), SMB_OK) << "the buffer still works";
+  smb_buffer_close(buffer);
+  EXPECT_EQ(smb_buffer_destroy(client, "c-null"), SMB_OK);
+  smb_client_free(client);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fabrics, CApiTest, testing::ValuesIn(all_fabrics()), fabric_name);
 
 }  // namespace

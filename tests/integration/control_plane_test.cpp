@@ -128,6 +128,7 @@ TEST_P(ControlPlaneTest, DisconnectedClientsHandlesAreReleased) {
   const auto holder = buffer.layout().servers[0];  // holds the first (only) stripe
   {
     RawConnection raw(holder);  // a client that opens a handle and then vanishes
+    ASSERT_TRUE(raw.hello(fabric_transport()));
     ASSERT_TRUE(raw.send(msgpack_frame(6 /* open_segment */, 1, {{"name", "shared"}})));
     auto reply = raw.receive();
     ASSERT_TRUE(reply.has_value());

@@ -87,6 +87,7 @@ TEST_P(ControlPortGarbageTest, LyingHeadersAreDropped) {
 TEST_P(ControlPortGarbageTest, BadBodiesGetErrorRepliesOnALiveConnection) {
   auto existing = make_client();
   RawConnection raw(addresses().front());
+  ASSERT_TRUE(raw.hello(fabric_transport()));
   raw.send(raw_frame(9, 1, {0xC1, 0xFF, 0x00}));  // 0xC1 is never valid MessagePack
   expect_error_reply(raw, 1, kProtocolErrc, "non-MessagePack body");
   raw.send(msgpack_frame(9, 2, json::array({1, 2, 3})));

@@ -3,12 +3,16 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 #include <thread>
 
@@ -44,7 +48,8 @@ std::string ExitStatus::describe() const {
   return "killed by signal " + std::to_string(signal) + " (" + ::strsignal(signal) + ")";
 }
 
-pid_t spawn(const std::string& path, const std::vector<std::string>& args, int stdout_fd, int stderr_fd) {
+pid_t spawn(const std::string& path, const std::vector<std::string>& args, int stdout_fd, int stderr_fd,
+            std::optional<std::uint64_t> open_files) {
   // Everything the child needs is prepared before fork: between fork and
   // exec only async-signal-safe calls are allowed (the test is multithreaded).
   std::vector<std::string> storage;
@@ -72,6 +77,10 @@ pid_t spawn(const std::string& path, const std::vector<std::string>& args, int s
     // No test sockets or pipes leak into the child (they would keep
     // connections open or hide EOF from a reader).
     ::close_range(3, ~0U, 0);
+    if (open_files) {
+      const rlimit limit{*open_files, *open_files};
+      ::setrlimit(RLIMIT_NOFILE, &limit);
+    }
     ::execv(path.c_str(), argv.data());
     const char msg[] = "spawn: exec failed\n";
     [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -91,6 +100,33 @@ std::optional<ExitStatus> wait_for_exit(pid_t pid, std::chrono::milliseconds tim
     if (Clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+ProcessUsage process_usage(pid_t pid) {
+  ProcessUsage usage;
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream status(dir + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) usage.rss_bytes = std::stoull(line.substr(6)) * 1024;  // "VmRSS:  123 kB"
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir + "/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++usage.open_fds;
+  // /proc/PID/stat: fields 14 and 15 are utime and stime, after "(comm)".
+  std::ifstream stat_file(dir + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; fields >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) {
+      stime = std::stoull(field);
+      break;
+    }
+  }
+  usage.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return usage;
 }
 
 std::string ToolResult::describe() const {

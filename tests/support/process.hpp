@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,8 +24,18 @@ struct ExitStatus {
 };
 
 // fork + exec `path args...` with stdin from /dev/null and stdout/stderr on
-// the given descriptors (-1: /dev/null). Throws std::system_error.
-pid_t spawn(const std::string& path, const std::vector<std::string>& args, int stdout_fd, int stderr_fd);
+// the given descriptors (-1: /dev/null); `open_files`, if given, is the
+// child's open-file limit (soft and hard). Throws std::system_error.
+pid_t spawn(const std::string& path, const std::vector<std::string>& args, int stdout_fd, int stderr_fd,
+            std::optional<std::uint64_t> open_files = std::nullopt);
+
+// What the kernel says a live process uses (from /proc/PID).
+struct ProcessUsage {
+  std::uint64_t rss_bytes = 0;
+  std::size_t open_fds = 0;
+  double cpu_seconds = 0;  // user + system
+};
+ProcessUsage process_usage(pid_t pid);
 
 // Reaps `pid` if it ends before `timeout`; nullopt if it is still running.
 std::optional<ExitStatus> wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);

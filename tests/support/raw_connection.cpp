@@ -134,4 +134,11 @@ bool RawConnection::closed_by_peer(std::chrono::milliseconds timeout) {
   }
 }
 
+bool RawConnection::hello(const std::string& transport) {
+  constexpr std::uint16_t kHello = 1;
+  if (!send(msgpack_frame(kHello, 0, {{"client", "raw-test"}, {"transport", transport}}))) return false;
+  auto reply = receive();
+  return reply && reply->body.is_object() && reply->body.value("ok", false);
+}
+
 }  // namespace smb::test

@@ -45,6 +45,9 @@ class RawConnection {
   RawConnection(const RawConnection&) = delete;
   RawConnection& operator=(const RawConnection&) = delete;
 
+  // Says hello as a client of `transport` ("ucx", "verbs"): smbd serves no
+  // other request before it. True when the daemon answered ok.
+  bool hello(const std::string& transport);
   // False when the peer has already closed the connection.
   bool send(const RawBytes& bytes);
   // One reply frame, or nullopt on EOF, error or timeout.

@@ -46,7 +46,7 @@ SmbdProcess::SmbdProcess(SmbdOptions options) {
   std::vector<std::string> args = {"--listen", options.listen, "--capacity", options.capacity};
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
   try {
-    pid_ = spawn(smbd_path(), args, out[1], log_fd_);
+    pid_ = spawn(smbd_path(), args, out[1], log_fd_, options.open_files);
   } catch (...) {
     for (int fd : {out[0], out[1], log_fd_}) ::close(fd);
     throw;

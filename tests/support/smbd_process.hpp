@@ -20,6 +20,7 @@ struct SmbdOptions {
   std::string capacity = "64M";
   std::vector<std::string> extra_args;
   std::chrono::milliseconds ready_timeout{std::chrono::seconds(20)};
+  std::optional<std::uint64_t> open_files;  // the daemon's open-file limit (soft and hard)
 };
 
 class SmbdProcess {
@@ -50,6 +51,8 @@ class SmbdProcess {
 
   // What the daemon logged on stderr so far, for failure messages.
   std::string log() const;
+  // Its memory, descriptors and CPU time now.
+  ProcessUsage usage() const { return process_usage(pid_); }
 
  private:
   pid_t pid_ = -1;

@@ -128,4 +128,22 @@ TEST(LayoutCodec, HomeServerIsStableAndInRange) {
     EXPECT_GT(hits[i], 800) << "names should spread over all home servers; server " << i << " got " << hits[i];
 }
 
+// Layouts are checked as the client builds them: a stripe unit that is a
+// multiple of 8, shares a server could hold, distinct servers.
+TEST(LayoutCodec, RejectsLayoutsNoClientBuilds) {
+  auto with = [](std::uint64_t size, std::uint64_t unit, std::vector<std::string> servers) {
+    smb::Layout l{"forged", size, unit, std::move(servers), {}};
+    const proto::StripeGeometry g{size, unit, static_cast<std::uint32_t>(l.servers.size())};
+    for (std::uint32_t i = 0; i < g.servers; ++i) l.shares.push_back(g.share(i));
+    return proto::layout_to_body(l);
+  };
+  expect_rejected(with(UINT64_MAX, 1, {"h:1"}), Errc::protocol, "16 EiB with a 1-byte stripe unit");
+  expect_rejected(with(4096, 12, {"h:1"}), Errc::protocol, "stripe unit 12");
+  expect_rejected(with(proto::kMaxServerCapacity * 2 + 8, 8, {"h:1", "h:2"}), Errc::protocol,
+                  "more than two servers can lend");
+  expect_rejected(with(16, 8, {"h:1", "h:1"}), Errc::protocol, "a server twice");
+  expect_rejected(with(16, 8, {std::string(300, 'h') + ":1"}), Errc::invalid_argument, "a 300-character host");
+  EXPECT_NO_THROW(proto::layout_from_body(with(proto::kMaxServerCapacity * 2, 8, {"h:1", "h:2"}), "t"));
+}
+
 }  // namespace

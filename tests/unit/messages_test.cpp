@@ -182,4 +182,53 @@ TEST(Messages, MessageNamesIgnoreTheReplyBit) {
   EXPECT_STREQ(proto::message_name(999), "unknown");
 }
 
+// Nesting is bounded before the recursive parser runs: 140,000 levels
+// overflowed the daemon's stack before.
+TEST(Messages, DeepNestingIsAProtocolErrorNotAStackOverflow) {
+  for (std::uint8_t container : {std::uint8_t{0x91}, std::uint8_t{0x81}}) {
+    std::vector<std::uint8_t> body = {0x81, 0xa1, 'k'};
+    for (int i = 0; i < 200'000; ++i) {
+      body.push_back(container);
+      if (container == 0x81) body.push_back(0xa0);
+    }
+    body.push_back(0xc0);
+    expect_error(Errc::protocol, [&] { proto::decode_body(body); }, "200,000 levels");
+  }
+  // Our own messages nest three levels: well inside the limit.
+  std::vector<std::uint8_t> ok = {0x81, 0xa1, 'k'};
+  for (std::size_t i = 1; i < proto::kMaxBodyDepth; ++i) ok.push_back(0x91);
+  ok.push_back(0xc0);
+  EXPECT_TRUE(proto::decode_body(ok).is_object());
+}
+
+// No error reply grows with what a client sent.
+TEST(Messages, ErrorTextsAreBounded) {
+  const auto reply = proto::error_reply(Errc::not_found, std::string(5'000'000, 'x'));
+  EXPECT_LE(reply.at("error").get<std::string>().size(), proto::kMaxErrorLength + 16);
+  EXPECT_LE(proto::encode_reply(6, 1, reply).size(), proto::kMaxErrorLength + 64);
+  expect_error(Errc::invalid_argument, [] { proto::validate_name(std::string(1'000'000, 'n')); }, "a long name");
+  try {
+    proto::validate_name(std::string(1'000'000, 'n'));
+  } catch (const smb::Error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 200u) << "the name is quoted short";
+  }
+}
+
+// A reply too large for a frame goes out as an error reply, never an exception.
+TEST(Messages, OversizedRepliesBecomeErrors) {
+  proto::Body big = {{"ok", true}, {"blob", proto::binary(proto::Bytes(proto::kMaxBodySize + 1))}};
+  const auto frame = proto::encode_reply(9, 7, big);
+  const auto header = proto::decode_header(std::span<const std::uint8_t, proto::kHeaderSize>(frame.data(), proto::kHeaderSize));
+  EXPECT_EQ(header.request_id, 7u);
+  const auto body = proto::decode_body(std::span<const std::uint8_t>(frame).subspan(proto::kHeaderSize));
+  EXPECT_FALSE(proto::is_ok(body));
+  EXPECT_EQ(body.at("errc").get<int>(), static_cast<int>(Errc::internal));
+}
+
+TEST(Messages, GetNameValidates) {
+  expect_error(Errc::invalid_argument, [] { proto::get_name({{"name", "a b"}}, "name", "t"); }, "a space");
+  expect_error(Errc::protocol, [] { proto::get_name({{"name", 1}}, "name", "t"); }, "a number");
+  EXPECT_EQ(proto::get_name({{"name", "w.v1/x@y"}}, "name", "t"), "w.v1/x@y");
+}
+
 }  // namespace

@@ -71,6 +71,24 @@ TEST(ParseHostPort, RejectsMalformedAddresses) {
     expect_invalid([&] { smb::util::parse_host_port(bad); }, bad);
 }
 
+TEST(ParseHostPort, BoundsTheHostAndQuotesItShortInErrors) {
+  expect_invalid([] { smb::util::parse_host_port(std::string(254, 'h') + ":7000"); }, "a 254-character host");
+  expect_invalid([] { smb::util::parse_host_port("bad host:7000"); }, "a space in the host");
+  expect_invalid([] { smb::util::parse_host_port("[]:7000"); }, "an empty bracketed host");
+  try {
+    smb::util::parse_host_port(std::string(100'000, 'h') + ":x");
+  } catch (const smb::Error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u) << "the address is quoted short";
+  }
+  EXPECT_EQ(smb::util::parse_host_port(std::string(253, 'h') + ":1").host.size(), 253u);
+}
+
+TEST(Quoted, CutsAndEscapes) {
+  EXPECT_EQ(smb::util::quoted("abc"), "'abc'");
+  EXPECT_EQ(smb::util::quoted(std::string("a\x01\xff", 3)), "'a\\x01\\xff'");
+  EXPECT_EQ(smb::util::quoted(std::string(100, 'z')), "'" + std::string(64, 'z') + "'...(100 bytes)");
+}
+
 TEST(ParseServerList, SplitsTrimsAndSkipsEmptyItems) {
   EXPECT_EQ(smb::parse_server_list("a:1,b:2"), (std::vector<std::string>{"a:1", "b:2"}));
   EXPECT_EQ(smb::parse_server_list(" a:1 , b:2 ,"), (std::vector<std::string>{"a:1", "b:2"}));

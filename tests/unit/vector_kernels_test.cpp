@@ -1,6 +1,7 @@
 // The server's vector-op arithmetic against a straightforward reference, for
 // every op and type, including half-precision rounding (computed in f32,
 // rounded once) and the multi-threaded split of large regions.
+#include <bit>
 #include "vector_kernels.hpp"
 
 #include <gtest/gtest.h>
@@ -114,6 +115,37 @@ std::string case_name(const testing::TestParamInfo<Case>& param_info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOpsAndTypes, VectorKernels, testing::ValuesIn(all_cases()), case_name);
+
+// The integer-arithmetic f16 conversions (builds without _Float16) agree
+// with the compiler's, bit for bit: every half, and floats across the range.
+TEST(HalfRounding, PortableF16MatchesTheCompilers) {
+  for (std::uint32_t h = 0; h <= 0xffff; ++h) {
+    const auto bits = static_cast<std::uint16_t>(h);
+    const float expected = f16_to_f32(bits), got = f16_to_f32_portable(bits);
+    if (std::isnan(expected)) {
+      EXPECT_TRUE(std::isnan(got)) << h;
+    } else {
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(expected)) << std::hex << h;
+    }
+  }
+  auto check = [](std::uint32_t u) {
+    const float f = std::bit_cast<float>(u);
+    const auto expected = f32_to_f16(f), got = f32_to_f16_portable(f);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(f16_to_f32(got))) << std::hex << u;
+    } else {
+      EXPECT_EQ(got, expected) << "float bits " << std::hex << u;
+    }
+  };
+  for (std::uint64_t u = 0; u <= 0xffffffffu; u += 257) check(static_cast<std::uint32_t>(u));
+  // Every tie and its neighbours around the normal/subnormal/overflow edges.
+  for (std::uint32_t base : {0x33000000u, 0x33800000u, 0x38800000u, 0x387fe000u, 0x477fe000u, 0x477ff000u, 0x47800000u})
+    for (std::uint32_t d = 0; d < 0x4000; ++d) {
+      check(base + d);
+      check(base - d);
+      check((base + d) | 0x80000000u);
+    }
+}
 
 TEST(HalfRounding, Bf16RoundsToNearestEven) {
   // 1 + 2^-8 lies exactly between two bf16 values (1 and 1 + 2^-7): ties go to even (1).

@@ -370,10 +370,17 @@ bool UcxChannel::usable(const CompletionPtr& completion, const char* op) {
 std::unique_ptr<RemoteSegment> UcxChannel::attach(const SegmentDescriptor& segment) {
   std::lock_guard lock(transport_.mutex_);
   if (failed_) throw Error(Errc::server_gone, failure_);
-  ucp_rkey_h rkey = nullptr;
-  check_ucx(ucp_ep_rkey_unpack(ep_, segment.remote_key.data(), &rkey),
-            "server " + peer_ + ": unpacking the remote key of segment " + std::to_string(segment.id));
-  return std::make_unique<UcxRemoteSegment>(segment, RkeyPtr(rkey));
+  auto& slot = rkeys_[segment.remote_key];
+  auto shared = slot.lock();
+  if (!shared) {
+    std::erase_if(rkeys_, [](const auto& entry) { return entry.second.expired(); });
+    ucp_rkey_h rkey = nullptr;
+    check_ucx(ucp_ep_rkey_unpack(ep_, segment.remote_key.data(), &rkey),
+              "server " + peer_ + ": unpacking the remote key of segment " + std::to_string(segment.id));
+    shared = std::make_shared<const RkeyPtr>(rkey);
+    rkeys_[segment.remote_key] = shared;
+  }
+  return std::make_unique<UcxRemoteSegment>(segment, std::move(shared));
 }
 
 void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, const void* src,

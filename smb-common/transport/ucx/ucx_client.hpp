@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -69,16 +70,19 @@ class UcxClientTransport final : public ClientTransport {
   Bytes address_;
 };
 
+// Segments whose keys are equal share one unpacked key: smbd's UCX pool
+// has one key for all its segments, and unpacking a shared-memory key maps
+// the server's pool into this process.
 class UcxRemoteSegment final : public RemoteSegment {
  public:
-  UcxRemoteSegment(SegmentDescriptor descriptor, RkeyPtr rkey)
+  UcxRemoteSegment(SegmentDescriptor descriptor, std::shared_ptr<const RkeyPtr> rkey)
       : descriptor_(std::move(descriptor)), rkey_(std::move(rkey)) {}
   const SegmentDescriptor& descriptor() const override { return descriptor_; }
-  ucp_rkey_h rkey() const { return rkey_.get(); }
+  ucp_rkey_h rkey() const { return rkey_->get(); }
 
  private:
   SegmentDescriptor descriptor_;
-  RkeyPtr rkey_;
+  std::shared_ptr<const RkeyPtr> rkey_;
 };
 
 class UcxChannel final : public Channel {
@@ -133,6 +137,7 @@ class UcxChannel final : public Channel {
   bool peer_failure_detected_ = true;   // UCX reports the server's death on this endpoint
   bool shared_memory_rma_ = false;      // RMA over shared-memory lanes: a put done at once is visible
   std::string lanes_;
+  std::map<Bytes, std::weak_ptr<const RkeyPtr>> rkeys_;  // packed key -> unpacked, while in use
   bool failed_ = false;
   std::string failure_;
 };

@@ -1,5 +1,7 @@
 #include "transport/ucx/ucx_server.hpp"
 
+#include "transport/call_parts.hpp"
+#include "transport/ucx/am_checks.hpp"
 #include "transport/ucx/am_wire.hpp"
 
 #include <spdlog/spdlog.h>
@@ -55,15 +57,6 @@ void send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data,
   (void)ctx.release();  // reply_sent owns it now
 }
 
-// Validates a request against its segment; on success fills `access`.
-Errc check_request(const SegmentResolver& resolver, const AmRequestHeader& h, SegmentAccess& access) {
-  auto found = resolver(h.segment_id);
-  if (!found) return Errc::not_found;
-  if (h.offset > found->length || h.length > found->length - h.offset) return Errc::out_of_range;
-  access = std::move(*found);
-  return Errc::ok;
-}
-
 struct WriteContext {
   ucp_ep_h reply_ep;
   std::uint64_t token;
@@ -100,8 +93,20 @@ void UcxServerTransport::set_handler(unsigned id, ucp_am_recv_callback_t callbac
   check_ucx(ucp_worker_set_am_recv_handler(worker_.get(), &param), "smbd: installing AM handler");
 }
 
+std::unique_ptr<Registration> UcxServerTransport::register_pool(void* base, std::size_t length) {
+  auto pool = std::make_unique<UcxPoolRegistration>(context_.get(), base, length);
+  pool_key_ = &pool->remote_key();
+  pool_base_ = static_cast<std::byte*>(base);
+  pool_length_ = length;
+  return pool;
+}
+
 std::unique_ptr<Registration> UcxServerTransport::register_memory(void* base, std::size_t length) {
-  return std::make_unique<UcxRegistration>(context_.get(), base, length);
+  auto* begin = static_cast<std::byte*>(base);
+  if (pool_key_ == nullptr || begin < pool_base_ || length > pool_length_ ||
+      static_cast<std::size_t>(begin - pool_base_) > pool_length_ - length)
+    throw Error(Errc::internal, "ucx: a segment outside the registered pool");
+  return std::make_unique<UcxSegmentRegistration>(*pool_key_);
 }
 
 void UcxServerTransport::start(SegmentResolver resolver, CallHandler calls) {
@@ -160,21 +165,19 @@ ucs_status_t UcxServerTransport::on_call(void* arg, const void* header, std::siz
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   if (rndv) ucp_am_data_release(self->worker_.get(), data);  // calls are eager (UCX_RNDV_THRESH=inf)
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
-  AmCallHeader h{};
-  if (header_length != sizeof h) {
+  const auto h = read_header<AmCallHeader>(header, header_length);
+  if (!h) {
     send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
     return UCS_OK;
   }
-  std::memcpy(&h, header, sizeof h);
-  if (rndv || h.frame_length > length) {
-    send_reply(param->reply_ep, h.token, Errc::protocol, nullptr, 0, {});
+  auto parts = rndv ? std::nullopt
+                    : split_call({static_cast<const std::uint8_t*>(data), length}, h->frame_length);
+  if (!parts) {
+    send_reply(param->reply_ep, h->token, Errc::protocol, nullptr, 0, {});
     return UCS_OK;
   }
-  const auto* bytes = static_cast<const std::uint8_t*>(data);
-  Bytes frame(bytes, bytes + h.frame_length);
-  Bytes payload(bytes + h.frame_length, bytes + length);
-  self->calls_(std::move(frame), std::move(payload),
-               [self, ep = param->reply_ep, token = h.token](Bytes reply) {
+  self->calls_(std::move(parts->frame), std::move(parts->payload),
+               [self, ep = param->reply_ep, token = h->token](Bytes reply) {
                  {
                    std::lock_guard lock(self->replies_mutex_);
                    self->replies_.push_back({ep, token, std::move(reply)});
@@ -190,13 +193,11 @@ ucs_status_t UcxServerTransport::on_write(void* arg, const void* header, std::si
   auto* self = static_cast<UcxServerTransport*>(arg);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   const bool can_reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0;
-  AmRequestHeader h{};
+  const auto parsed = read_header<AmRequestHeader>(header, header_length);
+  const AmRequestHeader h = parsed.value_or(AmRequestHeader{});
   Errc check = Errc::protocol;
   SegmentAccess access;
-  if (header_length == sizeof h) {
-    std::memcpy(&h, header, sizeof h);
-    check = h.length != length ? Errc::protocol : check_request(self->resolver_, h, access);
-  }
+  if (parsed) check = h.length != length ? Errc::protocol : check_request(self->resolver_, h, access);
   if (check != Errc::ok || !can_reply) {
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
     if (can_reply) send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
@@ -234,11 +235,12 @@ bool UcxServerTransport::take_header(const void* header, std::size_t header_leng
                                      const ucp_am_recv_param_t* param, Header& out) {
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(worker_.get(), data);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return false;
-  if (header_length != sizeof out) {
+  const auto parsed = read_header<Header>(header, header_length);
+  if (!parsed) {
     send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
     return false;
   }
-  std::memcpy(&out, header, sizeof out);
+  out = *parsed;
   return true;
 }
 
@@ -270,23 +272,12 @@ ucs_status_t UcxServerTransport::on_atomic(void* arg, const void* header, std::s
   AmAtomicHeader h{};
   if (!self->take_header(header, header_length, data, param, h)) return UCS_OK;
   SegmentAccess access;
-  Errc check = check_request(self->resolver_, AmRequestHeader{h.token, h.segment_id, h.offset, 8}, access);
-  if (check == Errc::ok && h.offset % sizeof(std::uint64_t) != 0) check = Errc::invalid_argument;
-  const auto op = static_cast<AmAtomicOp>(h.op);
-  if (check == Errc::ok && op != AmAtomicOp::fetch_add && op != AmAtomicOp::compare_swap)
-    check = Errc::protocol;
+  const Errc check = check_atomic(self->resolver_, h, access);
   if (check != Errc::ok) {
     send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
     return UCS_OK;
   }
-  std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(access.base + h.offset));
-  std::uint64_t old = 0;
-  if (op == AmAtomicOp::fetch_add) {
-    old = word.fetch_add(h.operand);
-  } else {
-    old = h.compare;
-    word.compare_exchange_strong(old, h.operand);
-  }
+  const std::uint64_t old = apply_atomic(h, access);
   send_reply(param->reply_ep, h.token, Errc::ok, nullptr, sizeof old, {}, old);
   return UCS_OK;
 }

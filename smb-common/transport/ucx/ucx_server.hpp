@@ -12,15 +12,29 @@
 
 namespace smb::transport::ucx {
 
-class UcxRegistration final : public Registration {
+// The pool, mapped by UCX once: one SysV segment (or POSIX shared-memory
+// file) for the whole pool rather than one per buffer, so the number of
+// buffers never runs into the host's kernel.shmmni or the fd limit.
+class UcxPoolRegistration final : public Registration {
  public:
-  UcxRegistration(ucp_context_h context, void* base, std::size_t length)
+  UcxPoolRegistration(ucp_context_h context, void* base, std::size_t length)
       : map_(context, base, length), rkey_(map_.pack_rkey()) {}
   const Bytes& remote_key() const override { return rkey_; }
 
  private:
   MemoryMap map_;
   Bytes rkey_;
+};
+
+// A segment inside the pool: the pool's key (clients bounds-check each op
+// against the segment's descriptor; the server checks every server-assisted op).
+class UcxSegmentRegistration final : public Registration {
+ public:
+  explicit UcxSegmentRegistration(const Bytes& pool_key) : key_(pool_key) {}
+  const Bytes& remote_key() const override { return key_; }
+
+ private:
+  const Bytes& key_;
 };
 
 class UcxServerTransport final : public ServerTransport {
@@ -30,6 +44,7 @@ class UcxServerTransport final : public ServerTransport {
 
   std::string name() const override { return "ucx"; }
   const Bytes& address() const override { return address_; }
+  std::unique_ptr<Registration> register_pool(void* base, std::size_t length) override;
   std::unique_ptr<Registration> register_memory(void* base, std::size_t length) override;
   void start(SegmentResolver resolver, CallHandler calls) override;
   void stop() override;
@@ -51,6 +66,9 @@ class UcxServerTransport final : public ServerTransport {
   void set_handler(unsigned id, ucp_am_recv_callback_t callback);
 
   ContextPtr context_;
+  const Bytes* pool_key_ = nullptr;  // owned by the pool's registration
+  std::byte* pool_base_ = nullptr;
+  std::size_t pool_length_ = 0;
   WorkerPtr worker_;  // touched only by the progress thread once started
   Bytes address_;
   SegmentResolver resolver_;

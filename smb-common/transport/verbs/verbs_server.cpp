@@ -1,5 +1,6 @@
 #include "transport/verbs/verbs_server.hpp"
 
+#include "transport/call_parts.hpp"
 #include "transport/verbs/call_wire.hpp"
 
 #include <netinet/in.h>
@@ -138,21 +139,18 @@ void VerbsServerTransport::poll_connection(Connection& c) {
 // client's credit), and hand it to the handler, whose answer may come from
 // any thread and finds the connection only if it still exists.
 void VerbsServerTransport::on_call(Connection& c, std::uint32_t slot, std::size_t length) {
-  const std::byte* message = c.receive(slot);
+  const auto* message = reinterpret_cast<const std::uint8_t*>(c.receive(slot));
   CallHeader header{};
   const bool whole = length >= sizeof header && length <= kCallMessage;
   if (whole) std::memcpy(&header, message, sizeof header);
-  const bool ok = whole && header.frame_length <= length - sizeof header;
-  Bytes frame, payload;
-  if (ok) {
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(message) + sizeof header;
-    frame.assign(bytes, bytes + header.frame_length);
-    payload.assign(bytes + header.frame_length, bytes + (length - sizeof header));
-  }
+  // A frame length past the message leaves the frame empty: the handler answers that with an error.
+  auto parts = whole ? split_call({message + sizeof header, length - sizeof header}, header.frame_length)
+                     : std::nullopt;
+  if (!parts) parts.emplace();
   if (!c.repost(slot)) spdlog::warn("verbs: cannot repost a receive; that client's calls will stall");
   if (!whole) return;  // no token to answer to
   std::weak_ptr<Connection> weak = connections_.at(c.id.get());
-  calls_(std::move(frame), std::move(payload), [this, weak, token = header.token](Bytes reply) {
+  calls_(std::move(parts->frame), std::move(parts->payload), [this, weak, token = header.token](Bytes reply) {
     {
       std::lock_guard lock(replies_mutex_);
       replies_.push_back({weak, token, std::move(reply)});

@@ -34,6 +34,8 @@ class VerbsServerTransport final : public ServerTransport {
 
   std::string name() const override { return "verbs"; }
   const Bytes& address() const override { return address_; }
+  // Per segment: an rkey reaches its own segment only, over the network.
+  std::unique_ptr<Registration> register_pool(void*, std::size_t) override { return nullptr; }
   std::unique_ptr<Registration> register_memory(void* base, std::size_t length) override;
   void start(SegmentResolver resolver, CallHandler calls) override;
   void stop() override;

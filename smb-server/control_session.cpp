@@ -1,0 +1,160 @@
+#include "control_session.hpp"
+
+#include "control_server.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace smb::server {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using protocol::MessageType;
+
+namespace {
+// Bodies are read in pieces of at most this, so that memory follows the
+// bytes that arrived, not the length a header announced.
+constexpr std::size_t kReadChunk = 64 * 1024;
+// A hello carries names and a transport address: a few KiB at most.
+constexpr std::uint32_t kMaxHelloBody = 64 * 1024;
+constexpr auto kHello = static_cast<std::uint16_t>(MessageType::hello);
+
+std::string seconds(std::chrono::milliseconds d) {
+  return std::to_string(d.count() / 1000) + "." + std::to_string(d.count() % 1000 / 100) + " s";
+}
+}  // namespace
+
+ControlSession::ControlSession(ControlServer& server, tcp::socket socket, SessionId id)
+    : server_(server), socket_(std::move(socket)), deadline_(socket_.get_executor()), id_(id) {
+  boost::system::error_code ec;
+  auto remote = socket_.remote_endpoint(ec);
+  peer_ = ec ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
+}
+
+void ControlSession::start() {
+  arm(server_.limits().hello_timeout, "no hello within " + seconds(server_.limits().hello_timeout));
+  read_header();
+}
+
+void ControlSession::close() {
+  boost::system::error_code ignored;
+  deadline_.cancel();
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+}
+
+void ControlSession::arm(std::chrono::milliseconds after, std::string why) {
+  deadline_reason_ = std::move(why);
+  deadline_.expires_after(after);
+  deadline_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (!ec && self) self->end(self->deadline_reason_);
+  });
+}
+
+void ControlSession::disarm() { deadline_.cancel(); }
+
+void ControlSession::read_header() {
+  socket_.async_read_some(
+      asio::buffer(header_.data() + header_have_, header_.size() - header_have_),
+      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+        if (ec) return self->end(ec.message());
+        // The frame's first byte starts its deadline (before hello, the hello deadline runs).
+        if (self->header_have_ == 0 && self->greeted_)
+          self->arm(self->server_.limits().frame_timeout,
+                    "a frame was not completed within " + seconds(self->server_.limits().frame_timeout));
+        self->header_have_ += n;
+        if (self->header_have_ < self->header_.size()) return self->read_header();
+        self->header_have_ = 0;
+        try {
+          self->request_ = protocol::decode_header(self->header_);
+        } catch (const Error& e) {
+          return self->end(e.what());  // not our protocol: drop the connection
+        }
+        if (!self->greeted_ && self->request_.type != kHello)
+          return self->send_and_close(protocol::error_reply(
+              Errc::protocol, std::string(protocol::message_name(self->request_.type)) +
+                                  " before hello: a client must say hello first"));
+        if (!self->greeted_ && self->request_.body_length > kMaxHelloBody)
+          return self->end("hello of " + std::to_string(self->request_.body_length) + " bytes (at most " +
+                           std::to_string(kMaxHelloBody) + ")");
+        self->body_.clear();
+        if (self->request_.body_length == 0) return self->frame_complete();
+        self->read_body();
+      });
+}
+
+void ControlSession::read_body() {
+  const std::size_t have = body_.size();
+  // At most what has arrived so far (at least 4 KiB), so the buffer grows
+  // with the bytes, whatever the header announced.
+  const std::size_t want = std::min<std::size_t>(request_.body_length - have, std::clamp<std::size_t>(have, 4096, kReadChunk));
+  body_.resize(have + want);
+  socket_.async_read_some(asio::buffer(body_.data() + have, want),
+                          [self = shared_from_this(), have](const boost::system::error_code& ec, std::size_t n) {
+                            if (ec) return self->end(ec.message());
+                            self->body_.resize(have + n);
+                            if (self->body_.size() < self->request_.body_length) return self->read_body();
+                            self->frame_complete();
+                          });
+}
+
+void ControlSession::frame_complete() {
+  if (greeted_) disarm();
+  deferred_ = true;
+  const auto type = request_.type;
+  server_.serve(id_, type, body_, {}, [self = shared_from_this(), type](protocol::Body reply) {
+    if (self->ended_) return;
+    if (type == kHello && !self->greeted_ && protocol::is_ok(reply)) {
+      self->greeted_ = true;
+      self->disarm();
+    }
+    self->send(reply);
+  });
+  body_ = {};  // serve() decoded it; a large body's memory goes back now
+  if (deferred_) watch_while_deferred();
+}
+
+// No read is outstanding while a reply is deferred, so a client that dies
+// then would go unnoticed (and keep its barrier waiting). Watch the socket:
+// readable with nothing to read means the client has gone.
+void ControlSession::watch_while_deferred() {
+  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->ended_ || !self->deferred_) return;
+    char byte = 0;
+    const auto n = ::recv(self->socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+      self->end("disconnected while waiting for a deferred reply");
+    // Bytes available: the client sent its next request early; read_header takes it after the reply.
+  });
+}
+
+void ControlSession::send(const protocol::Body& reply) {
+  deferred_ = false;
+  out_ = protocol::encode_reply(request_.type, request_.request_id, reply);
+  asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](auto ec, std::size_t) {
+    if (ec) return self->end(ec.message());
+    self->read_header();
+  });
+}
+
+void ControlSession::send_and_close(const protocol::Body& reply) {
+  out_ = protocol::encode_reply(request_.type, request_.request_id, reply);
+  asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](auto, std::size_t) {
+    self->end("request before hello");
+  });
+}
+
+void ControlSession::end(const std::string& why) {
+  if (ended_) return;
+  ended_ = true;
+  spdlog::info("client {} (session {}) left: {}", peer_, id_, why);
+  close();
+  server_.session_ended(shared_from_this());
+}
+
+}  // namespace smb::server

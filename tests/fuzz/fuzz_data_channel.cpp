@@ -1,0 +1,74 @@
+// libFuzzer target: the data channel's headers, as smbd's transports check
+// them before touching memory: UCX "am" write/read/atomic headers against a
+// segment table, and call messages (UCX and verbs) split into frame and
+// payload. The checked ops then really run on the segment's memory, so an
+// out-of-bounds access that a check let through is an ASan report.
+#include "transport/call_parts.hpp"
+#include "transport/ucx/am_checks.hpp"
+#include "transport/verbs/call_wire.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace {
+
+using namespace smb::transport;
+using namespace smb::transport::ucx;
+
+// Three segments over one heap block, as a pool would hold them: ids 1-3.
+struct Segments {
+  std::vector<std::byte> memory = std::vector<std::byte>(64 * 1024);
+  SegmentResolver resolver = [this](std::uint64_t id) -> std::optional<SegmentAccess> {
+    static constexpr std::uint64_t starts[] = {0, 0, 4096, 8192};
+    static constexpr std::uint64_t lengths[] = {0, 4096, 4096, 56 * 1024};
+    if (id == 0 || id > 3) return std::nullopt;
+    return SegmentAccess{nullptr, memory.data() + starts[id], lengths[id]};
+  };
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static Segments segments;
+  if (size < 2) return 0;
+  const std::uint8_t kind = data[0] % 4;
+  const std::size_t header_length = data[1];  // what the peer claims; the checks must not trust it
+  data += 2;
+  size -= 2;
+  const std::size_t claimed = std::min(header_length, size);
+  SegmentAccess access;
+  switch (kind) {
+    case 0: {  // write or read
+      const auto h = read_header<AmRequestHeader>(data, claimed);
+      if (!h || check_request(segments.resolver, *h, access) != smb::Errc::ok || h->length == 0) break;
+      std::vector<std::byte> staging(h->length);
+      std::memcpy(staging.data(), access.base + h->offset, h->length);
+      std::memcpy(access.base + h->offset, staging.data(), h->length);
+      break;
+    }
+    case 1: {  // atomic
+      const auto h = read_header<AmAtomicHeader>(data, claimed);
+      if (h && check_atomic(segments.resolver, *h, access) == smb::Errc::ok) (void)apply_atomic(*h, access);
+      break;
+    }
+    case 2: {  // a UCX call: header, then frame + payload as the message's data
+      const auto h = read_header<AmCallHeader>(data, claimed);
+      if (!h) break;
+      const auto parts = split_call({data + claimed, size - claimed}, h->frame_length);
+      if (parts && parts->frame.size() + parts->payload.size() != size - claimed) std::abort();
+      break;
+    }
+    case 3: {  // a verbs call: one message, header first
+      if (size < sizeof(verbs::CallHeader) || size > verbs::kCallMessage) break;
+      verbs::CallHeader h{};
+      std::memcpy(&h, data, sizeof h);
+      const auto parts = split_call({data + sizeof h, size - sizeof h}, h.frame_length);
+      if (parts && parts->frame.size() != h.frame_length) std::abort();
+      break;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,157 @@
+// Writes the fuzzers' seed corpus: well-formed messages of every kind, so
+// that fuzzing starts from the shapes real clients send.
+//   fuzz_make_seeds DIR   (writes DIR/<target>/<name>; tests/fuzz/corpus is its output)
+#include "protocol/layout_codec.hpp"
+#include "protocol/striping.hpp"
+#include "protocol/messages.hpp"
+#include "transport/ucx/am_wire.hpp"
+#include "transport/verbs/call_wire.hpp"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace smb;
+using protocol::Body;
+using protocol::Bytes;
+using protocol::MessageType;
+namespace fs = std::filesystem;
+
+fs::path root;
+
+void write(const std::string& target, const std::string& name, const Bytes& bytes) {
+  fs::create_directories(root / target);
+  std::ofstream(root / target / name, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+template <class T>
+void append(Bytes& out, const T& value) {
+  const auto* p = reinterpret_cast<const std::uint8_t*>(&value);
+  out.insert(out.end(), p, p + sizeof value);
+}
+
+Bytes body(const Body& b) { return Body::to_msgpack(b); }
+std::uint16_t type_of(MessageType t) { return static_cast<std::uint16_t>(t); }
+
+Layout layout(const std::string& name, std::uint64_t size, std::uint64_t unit, std::vector<std::string> servers) {
+  Layout l{name, size, unit, std::move(servers), {}};
+  protocol::StripeGeometry g{size, unit, static_cast<std::uint32_t>(l.servers.size())};
+  for (std::uint32_t i = 0; i < g.servers; ++i) l.shares.push_back(g.share(i));
+  return l;
+}
+
+// Every request kind, as a real client would send it to server 127.0.0.1:7000.
+std::vector<std::pair<MessageType, Body>> requests() {
+  const auto one = protocol::layout_to_body(layout("w", 65536, 4096, {"127.0.0.1:7000"}));
+  return {
+      {MessageType::hello, {{"client", "libsmb"}, {"transport", "ucx"}, {"address", protocol::binary({1, 2, 3})}}},
+      {MessageType::reserve_name, {{"name", "w"}, {"layout", one}}},
+      {MessageType::alloc_segment, {{"name", "w"}, {"length", 65536}}},
+      {MessageType::commit_layout, {{"name", "w"}}},
+      {MessageType::get_layout, {{"name", "w"}}},
+      {MessageType::open_segment, {{"name", "w"}}},
+      {MessageType::vector_op,
+       {{"name", "w"}, {"op", 1}, {"dtype", 1}, {"offset", 0}, {"count", 2}, {"alpha", 1.0},
+        {"data", protocol::binary(Bytes(8, 0x3f))}}},
+      {MessageType::vector_op,
+       {{"name", "w"}, {"op", 2}, {"dtype", 2}, {"offset", 8}, {"count", 1}, {"alpha", 0.5}, {"source", "w"},
+        {"source_offset", 1024}}},
+      {MessageType::get_version, {{"name", "w"}}},
+      {MessageType::wait_version, {{"name", "w"}, {"version", 1}, {"timeout_ms", 5}}},
+      {MessageType::lock, {{"name", "w"}, {"offset", 0}, {"length", 64}, {"lease_ms", 1000}, {"timeout_ms", 5}}},
+      {MessageType::unlock, {{"name", "w"}, {"token", 1}}},
+      {MessageType::barrier, {{"name", "b"}, {"parties", 1}, {"timeout_ms", 5}}},
+      {MessageType::stat, {{"after", "a"}, {"limit", 10}}},
+      {MessageType::list_layouts, Body::object()},
+      {MessageType::close_segment, {{"name", "w"}}},
+      {MessageType::abandon_name, {{"name", "w"}}},
+      {MessageType::destroy, {{"name", "w"}}},
+  };
+}
+
+void frame_seeds() {
+  std::uint32_t id = 1;
+  for (const auto& [type, b] : requests()) {
+    write("fuzz_frame", std::string(protocol::message_name(type_of(type))) + "-" + std::to_string(id),
+          protocol::encode_frame(type_of(type), id, b));
+    ++id;
+  }
+  write("fuzz_frame", "error-reply", body(protocol::error_reply(Errc::not_found, "no buffer named 'w'")));
+  write("fuzz_frame", "stat-reply",
+        body(protocol::ok_reply({{"capacity", 1 << 20}, {"buffers", {{{"name", "w"}, {"bytes", 8}}}}, {"next", "w"}})));
+}
+
+void layout_seeds() {
+  write("fuzz_layout", "one-server", body({{"layout", protocol::layout_to_body(layout("a", 65536, 4096, {"127.0.0.1:7000"}))}}));
+  write("fuzz_layout", "three-servers",
+        body(protocol::layout_to_body(layout("b/c@d", 3 * 4096 + 17 * 8, 4096, {"10.0.0.1:1", "10.0.0.2:2", "h:3"}))));
+  write("fuzz_layout", "ipv6", body(protocol::layout_to_body(layout("v6", 8, 8, {"[::1]:7000"}))));
+}
+
+void data_channel_seeds() {
+  using namespace smb::transport::ucx;
+  auto seed = [](std::uint8_t kind, const auto& header, const Bytes& data) {
+    Bytes out{kind, static_cast<std::uint8_t>(sizeof header)};
+    append(out, header);
+    out.insert(out.end(), data.begin(), data.end());
+    return out;
+  };
+  write("fuzz_data_channel", "write", seed(0, AmRequestHeader{1, 1, 64, 128}, {}));
+  write("fuzz_data_channel", "read-end", seed(0, AmRequestHeader{2, 3, 56 * 1024 - 8, 8}, {}));
+  write("fuzz_data_channel", "fetch-add", seed(1, AmAtomicHeader{3, 2, 8, 1, 0, 5, 0}, {}));
+  write("fuzz_data_channel", "compare-swap", seed(1, AmAtomicHeader{4, 1, 16, 2, 0, 9, 0}, {}));
+  const Bytes frame = protocol::encode_frame(type_of(MessageType::get_version), 7, {{"name", "w"}});
+  Bytes call = frame;
+  call.insert(call.end(), 16, 0x42);  // a payload
+  write("fuzz_data_channel", "ucx-call", seed(2, AmCallHeader{5, frame.size()}, call));
+  Bytes verbs{3, 0};
+  append(verbs, smb::transport::verbs::CallHeader{6, static_cast<std::uint32_t>(frame.size()), 0});
+  verbs.insert(verbs.end(), call.begin(), call.end());
+  write("fuzz_data_channel", "verbs-call", verbs);
+}
+
+void request_seeds() {
+  auto record = [](Bytes& out, std::uint8_t how, std::uint16_t type, const Bytes& bytes) {
+    out.push_back(how);
+    append(out, type);
+    append(out, static_cast<std::uint16_t>(bytes.size()));
+    out.insert(out.end(), bytes.begin(), bytes.end());
+  };
+  Bytes lifecycle;
+  for (const auto& [type, b] : requests()) record(lifecycle, 0, type_of(type), body(b));
+  write("fuzz_requests", "lifecycle", lifecycle);
+  // Two sessions contending for a lock, and calls over the data path.
+  Bytes calls;
+  const auto reqs = requests();
+  for (int i : {1, 2, 3}) record(calls, 0, type_of(reqs[static_cast<std::size_t>(i)].first), body(reqs[static_cast<std::size_t>(i)].second));
+  const Body lock = {{"name", "w"}, {"offset", 0}, {"length", 64}, {"lease_ms", 1000}, {"timeout_ms", 5}};
+  record(calls, 0, type_of(MessageType::lock), body(lock));
+  record(calls, 2, type_of(MessageType::lock), body(lock));
+  const Body op = {{"name", "w"}, {"op", 1}, {"dtype", 1}, {"offset", 0}, {"count", 4}, {"alpha", 2.0}};
+  Bytes frame = protocol::encode_frame(type_of(MessageType::vector_op), 9, op);
+  frame.insert(frame.end(), 16, 0x40);  // x, split off as the payload
+  record(calls, 1 | (16 << 1), 0, frame);
+  record(calls, 1, 0, protocol::encode_frame(type_of(MessageType::get_version), 10, {{"name", "w"}}));
+  write("fuzz_requests", "calls-and-locks", calls);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: fuzz_make_seeds DIR\n";
+    return 2;
+  }
+  root = argv[1];
+  frame_seeds();
+  layout_seeds();
+  data_channel_seeds();
+  request_seeds();
+  return 0;
+}
