@@ -20,7 +20,7 @@ PACKAGES=(
   # tests, and the fuzz targets (clang's libFuzzer, ASan, UBSan)
   libgtest-dev libgmock-dev clang libclang-rt-14-dev
   # scripts (free-port lookup, process tools)
-  python3 procps iproute2
+  python3 procps iproute2 jq
 )
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }
