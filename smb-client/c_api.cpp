@@ -26,6 +26,19 @@ struct smb_registration {
 static_assert(SMB_EINVAL == static_cast<int>(smb::Errc::invalid_argument) &&
               SMB_ENOSPC == static_cast<int>(smb::Errc::no_space) &&
               SMB_EINTERNAL == static_cast<int>(smb::Errc::internal));
+// smb.h's op and dtype numbers are the C++ enums' (and the wire's).
+static_assert(SMB_OP_ACCUMULATE == static_cast<int>(smb::VectorOp::accumulate) &&
+              SMB_OP_AXPY == static_cast<int>(smb::VectorOp::axpy) &&
+              SMB_OP_SCALE == static_cast<int>(smb::VectorOp::scale) &&
+              SMB_OP_COPY == static_cast<int>(smb::VectorOp::copy) &&
+              SMB_OP_MIN == static_cast<int>(smb::VectorOp::min) &&
+              SMB_OP_MAX == static_cast<int>(smb::VectorOp::max) &&
+              SMB_OP_PRODUCT == static_cast<int>(smb::VectorOp::product));
+static_assert(SMB_F32 == static_cast<int>(smb::DType::f32) && SMB_F64 == static_cast<int>(smb::DType::f64) &&
+              SMB_F16 == static_cast<int>(smb::DType::f16) && SMB_BF16 == static_cast<int>(smb::DType::bf16) &&
+              SMB_U8 == static_cast<int>(smb::DType::u8) && SMB_I8 == static_cast<int>(smb::DType::i8) &&
+              SMB_I16 == static_cast<int>(smb::DType::i16) && SMB_I32 == static_cast<int>(smb::DType::i32) &&
+              SMB_I64 == static_cast<int>(smb::DType::i64));
 
 namespace {
 thread_local std::string last_error;
@@ -67,11 +80,13 @@ std::span<std::byte> out(void* p, size_t n) { return {static_cast<std::byte*>(p)
 
 // Checked conversions of the C API's plain ints to the C++ enums.
 smb::VectorOp vector_op(int op) {
-  if (op < 1 || op > 4) throw smb::Error(smb::Errc::invalid_argument, "unknown vector op " + std::to_string(op));
+  if (op < SMB_OP_ACCUMULATE || op > SMB_OP_PRODUCT)
+    throw smb::Error(smb::Errc::invalid_argument, "unknown vector op " + std::to_string(op));
   return static_cast<smb::VectorOp>(op);
 }
 smb::DType dtype(int type) {
-  if (type < 1 || type > 4) throw smb::Error(smb::Errc::invalid_argument, "unknown dtype " + std::to_string(type));
+  if (type < SMB_F32 || type > SMB_I64)
+    throw smb::Error(smb::Errc::invalid_argument, "unknown dtype " + std::to_string(type));
   return static_cast<smb::DType>(type);
 }
 }  // namespace

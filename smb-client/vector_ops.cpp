@@ -28,6 +28,7 @@ void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint6
   std::string what = std::string(vector_op_name(op)) + " (" + dtype_name(type) + ") on buffer '" + layout_.name +
                      "' at offset " + std::to_string(offset);
   if (esize == 0) throw Error(Errc::invalid_argument, what + ": unknown element type");
+  if (static_cast<int>(op) < 1 || op > VectorOp::product) throw Error(Errc::invalid_argument, what + ": unknown op");
   if (count == 0 || count > layout_.size / esize)
     throw Error(Errc::out_of_range, what + ": " + std::to_string(count) + " elements do not fit the buffer");
   const std::uint64_t bytes = count * esize;

@@ -250,6 +250,7 @@ std::uint64_t Registry::apply(const VectorRequest& r) {
   const std::uint64_t esize = element_size(r.type);
   if (esize == 0) throw Error(Errc::invalid_argument, what + ": unknown element type");
   if (r.count == 0) throw Error(Errc::invalid_argument, what + ": count must be greater than zero");
+  check_alpha(r.op, r.type, r.alpha, what);  // before the op mutex: a refused op changes nothing
   if (r.offset % esize != 0)
     throw Error(Errc::invalid_argument, what + ": offset " + std::to_string(r.offset) + " is not a multiple of the " +
                                             std::to_string(esize) + "-byte element size");

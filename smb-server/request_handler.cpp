@@ -24,8 +24,10 @@ VectorRequest vector_request(const Body& req, transport::Bytes payload = {}) {
   r.name = protocol::get_name(req, "name", what);
   const auto op = protocol::get_u64(req, "op", what);
   const auto type = protocol::get_u64(req, "dtype", what);
-  if (op < 1 || op > 4) throw Error(Errc::invalid_argument, "vector_op: unknown op " + std::to_string(op));
-  if (type < 1 || type > 4) throw Error(Errc::invalid_argument, "vector_op: unknown dtype " + std::to_string(type));
+  if (op < 1 || op > static_cast<std::uint64_t>(VectorOp::product))
+    throw Error(Errc::invalid_argument, "vector_op: unknown op " + std::to_string(op));
+  if (type < 1 || type > static_cast<std::uint64_t>(DType::i64))
+    throw Error(Errc::invalid_argument, "vector_op: unknown dtype " + std::to_string(type));
   r.op = static_cast<VectorOp>(op);
   r.type = static_cast<DType>(type);
   r.offset = protocol::get_u64(req, "offset", what);

@@ -1,11 +1,16 @@
 #include "vector_kernels.hpp"
 
+#include <smb/error.hpp>
+
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace smb::server {
@@ -77,9 +82,11 @@ std::uint16_t f32_to_bf16(float value) noexcept {
 
 namespace {
 
-// The element loop, once per storage type; T is stored, C computed in.
+// The float loop, once per storage type; T is stored, C computed in. min and
+// max pick the stored element itself (exact, payload and sign of zero kept):
+// x where x < y (x > y) or x is NaN, else y, so a NaN on either side wins.
 template <class T, class C, class Load, class Store>
-void run(VectorOp op, T* y, const T* x, std::size_t n, C a, Load load, Store store) {
+void run_float(VectorOp op, T* y, const T* x, std::size_t n, C a, Load load, Store store) {
   switch (op) {
     case VectorOp::accumulate:
       for (std::size_t i = 0; i < n; ++i) y[i] = store(load(y[i]) + load(x[i]));
@@ -90,26 +97,88 @@ void run(VectorOp op, T* y, const T* x, std::size_t n, C a, Load load, Store sto
     case VectorOp::scale:
       for (std::size_t i = 0; i < n; ++i) y[i] = store(a * load(y[i]));
       break;
+    case VectorOp::product:
+      for (std::size_t i = 0; i < n; ++i) y[i] = store(load(y[i]) * load(x[i]));
+      break;
+    case VectorOp::min:
+      for (std::size_t i = 0; i < n; ++i) {
+        const C yi = load(y[i]), xi = load(x[i]);
+        y[i] = xi < yi || std::isnan(xi) ? x[i] : y[i];
+      }
+      break;
+    case VectorOp::max:
+      for (std::size_t i = 0; i < n; ++i) {
+        const C yi = load(y[i]), xi = load(x[i]);
+        y[i] = xi > yi || std::isnan(xi) ? x[i] : y[i];
+      }
+      break;
     case VectorOp::copy:
       if (y != x) std::memcpy(y, x, n * sizeof(T));
       break;
   }
 }
 
+// The integer loop: computed in an unsigned type at least as wide as T (and
+// never promoted to int), so overflow wraps instead of being undefined; the
+// conversion back keeps the low bits (modular, as C++20 defines it). Only
+// min and max compare, and they compare as T, signed or not.
+template <class T>
+void run_integer(VectorOp op, T* y, const T* x, std::size_t n, std::int64_t alpha) {
+  using U = std::conditional_t<(sizeof(T) > 4), std::uint64_t, std::uint32_t>;
+  const auto a = static_cast<U>(alpha);
+  auto u = [](T v) { return static_cast<U>(v); };
+  switch (op) {
+    case VectorOp::accumulate:
+      for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<T>(u(y[i]) + u(x[i]));
+      break;
+    case VectorOp::axpy:
+      for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<T>(a * u(x[i]) + u(y[i]));
+      break;
+    case VectorOp::scale:
+      for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<T>(a * u(y[i]));
+      break;
+    case VectorOp::product:
+      for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<T>(u(y[i]) * u(x[i]));
+      break;
+    case VectorOp::min:
+      for (std::size_t i = 0; i < n; ++i) y[i] = x[i] < y[i] ? x[i] : y[i];
+      break;
+    case VectorOp::max:
+      for (std::size_t i = 0; i < n; ++i) y[i] = x[i] > y[i] ? x[i] : y[i];
+      break;
+    case VectorOp::copy:
+      if (y != x) std::memcpy(y, x, n * sizeof(T));
+      break;
+  }
+}
+
+template <class T>
+void integers(VectorOp op, std::byte* y, const std::byte* x, std::size_t n, std::int64_t alpha) {
+  run_integer(op, reinterpret_cast<T*>(y), reinterpret_cast<const T*>(x), n, alpha);
+}
+
+// alpha is integral here for integer axpy/scale (apply_vector_op checked);
+// for other ops it is unused, so any value maps to 0 without a UB cast.
 void apply_serial(VectorOp op, DType type, std::byte* y, const std::byte* x, std::size_t n, double alpha) {
   auto same = [](auto v) { return v; };
+  const std::int64_t ia = is_integral_alpha(alpha) ? static_cast<std::int64_t>(alpha) : 0;
   switch (type) {
     case DType::f32:
-      return run(op, reinterpret_cast<float*>(y), reinterpret_cast<const float*>(x), n,
-                 static_cast<float>(alpha), same, same);
+      return run_float(op, reinterpret_cast<float*>(y), reinterpret_cast<const float*>(x), n,
+                       static_cast<float>(alpha), same, same);
     case DType::f64:
-      return run(op, reinterpret_cast<double*>(y), reinterpret_cast<const double*>(x), n, alpha, same, same);
+      return run_float(op, reinterpret_cast<double*>(y), reinterpret_cast<const double*>(x), n, alpha, same, same);
     case DType::f16:
-      return run(op, reinterpret_cast<std::uint16_t*>(y), reinterpret_cast<const std::uint16_t*>(x), n,
-                 static_cast<float>(alpha), f16_to_f32, f32_to_f16);
+      return run_float(op, reinterpret_cast<std::uint16_t*>(y), reinterpret_cast<const std::uint16_t*>(x), n,
+                       static_cast<float>(alpha), f16_to_f32, f32_to_f16);
     case DType::bf16:
-      return run(op, reinterpret_cast<std::uint16_t*>(y), reinterpret_cast<const std::uint16_t*>(x), n,
-                 static_cast<float>(alpha), bf16_to_f32, f32_to_bf16);
+      return run_float(op, reinterpret_cast<std::uint16_t*>(y), reinterpret_cast<const std::uint16_t*>(x), n,
+                       static_cast<float>(alpha), bf16_to_f32, f32_to_bf16);
+    case DType::u8: return integers<std::uint8_t>(op, y, x, n, ia);
+    case DType::i8: return integers<std::int8_t>(op, y, x, n, ia);
+    case DType::i16: return integers<std::int16_t>(op, y, x, n, ia);
+    case DType::i32: return integers<std::int32_t>(op, y, x, n, ia);
+    case DType::i64: return integers<std::int64_t>(op, y, x, n, ia);
   }
 }
 
@@ -118,7 +187,23 @@ constexpr std::size_t kParallelBytes = 4u << 20;
 
 }  // namespace
 
+bool is_integral_alpha(double alpha) noexcept {
+  // [-2^63, 2^63) holds exactly the doubles that convert to int64; NaN and
+  // the infinities fail one of the comparisons.
+  return alpha == std::trunc(alpha) && alpha >= -0x1p63 && alpha < 0x1p63;
+}
+
+void check_alpha(VectorOp op, DType type, double alpha, const std::string& what) {
+  if (!is_integer(type) || (op != VectorOp::axpy && op != VectorOp::scale) || is_integral_alpha(alpha)) return;
+  char text[32];  // the shortest form that reads back as alpha ("0.5", "1e+19", "nan")
+  const auto end = std::to_chars(text, text + sizeof text, alpha).ptr;
+  throw Error(Errc::invalid_argument, what + ": alpha " + std::string(text, end) +
+                                          " must be an integral value within int64 for the integer type " +
+                                          dtype_name(type));
+}
+
 void apply_vector_op(VectorOp op, DType type, std::byte* y, const std::byte* x, std::size_t count, double alpha) {
+  check_alpha(op, type, alpha, vector_op_name(op));
   const std::size_t esize = element_size(type);
   const std::size_t threads =
       std::clamp<std::size_t>(count * esize / kParallelBytes, 1, std::max(1u, std::thread::hardware_concurrency()));

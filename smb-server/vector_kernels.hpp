@@ -5,12 +5,22 @@
 #include <smb/vector_ops.hpp>
 
 #include <cstddef>
+#include <string>
 
 namespace smb::server {
 
 // y[i] = op(y[i], x[i], alpha) for i < count. `x` may be null for scale.
 // x and y may alias exactly (same address); partial overlap is not allowed.
+// Throws what check_alpha throws, before touching y.
 void apply_vector_op(VectorOp op, DType type, std::byte* y, const std::byte* x, std::size_t count, double alpha);
+
+// True when alpha is an integral value within int64: what axpy and scale
+// take on integer types, as they multiply exactly.
+bool is_integral_alpha(double alpha) noexcept;
+// Throws Error(invalid_argument), its message starting with `what`, for
+// axpy or scale on an integer type with an alpha is_integral_alpha refuses.
+// Registry::apply calls it up front, with the buffer's name in `what`.
+void check_alpha(VectorOp op, DType type, double alpha, const std::string& what);
 
 // Half-precision conversions (round to nearest, ties to even), exposed for tests.
 float f16_to_f32(std::uint16_t bits) noexcept;

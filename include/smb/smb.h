@@ -58,9 +58,33 @@ int smb_fetch_add(smb_buffer* buffer, uint64_t offset, uint64_t value, uint64_t*
 int smb_compare_swap(smb_buffer* buffer, uint64_t offset, uint64_t expected, uint64_t desired,
                      uint64_t* old_value);
 
-/* Server-side vector ops (smb/vector_ops.hpp): op 1 accumulate, 2 axpy,
- * 3 scale, 4 copy; dtype 1 f32, 2 f64, 3 f16, 4 bf16. x holds count elements
- * (NULL for scale). smb_apply_from takes x from another buffer striped alike. */
+/* Server-side vector ops (smb/vector_ops.hpp), on y = the region of the
+ * buffer, x = the source, a = alpha. */
+enum smb_vector_op {
+  SMB_OP_ACCUMULATE = 1, /* y += x */
+  SMB_OP_AXPY = 2,       /* y = a*x + y */
+  SMB_OP_SCALE = 3,      /* y = a*y (no x) */
+  SMB_OP_COPY = 4,       /* y = x (a byte copy) */
+  SMB_OP_MIN = 5,        /* y = min(y, x); a NaN on either side gives NaN */
+  SMB_OP_MAX = 6,        /* y = max(y, x); a NaN on either side gives NaN */
+  SMB_OP_PRODUCT = 7     /* y = y*x */
+};
+/* Half types are computed in f32 and rounded once (to nearest even). Integer
+ * types wrap around on overflow (two's complement, like numpy/torch); their
+ * axpy and scale need an integral alpha within int64 (else SMB_EINVAL). */
+enum smb_dtype {
+  SMB_F32 = 1,
+  SMB_F64 = 2,
+  SMB_F16 = 3,
+  SMB_BF16 = 4,
+  SMB_U8 = 5,
+  SMB_I8 = 6,
+  SMB_I16 = 7,
+  SMB_I32 = 8,
+  SMB_I64 = 9
+};
+/* op is an smb_vector_op, dtype an smb_dtype. x holds count elements (NULL
+ * for scale). smb_apply_from takes x from another buffer striped alike. */
 int smb_apply(smb_buffer* buffer, int op, int dtype, uint64_t offset, uint64_t count, double alpha,
               const void* x);
 int smb_apply_from(smb_buffer* buffer, int op, int dtype, uint64_t offset, uint64_t count, double alpha,

@@ -8,6 +8,11 @@ std::size_t element_size(DType type) noexcept {
     case DType::f64: return 8;
     case DType::f16: return 2;
     case DType::bf16: return 2;
+    case DType::u8: return 1;
+    case DType::i8: return 1;
+    case DType::i16: return 2;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
   }
   return 0;
 }
@@ -18,6 +23,11 @@ const char* dtype_name(DType type) noexcept {
     case DType::f64: return "f64";
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
+    case DType::u8: return "u8";
+    case DType::i8: return "i8";
+    case DType::i16: return "i16";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
   }
   return "unknown";
 }
@@ -28,19 +38,23 @@ const char* vector_op_name(VectorOp op) noexcept {
     case VectorOp::axpy: return "axpy";
     case VectorOp::scale: return "scale";
     case VectorOp::copy: return "copy";
+    case VectorOp::min: return "min";
+    case VectorOp::max: return "max";
+    case VectorOp::product: return "product";
   }
   return "unknown";
 }
 
+// The enums are dense from 1, so every name is found by walking the values.
 std::optional<DType> parse_dtype(std::string_view name) noexcept {
-  for (auto t : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    if (name == dtype_name(t)) return t;
+  for (int t = 1; t <= static_cast<int>(DType::i64); ++t)
+    if (name == dtype_name(static_cast<DType>(t))) return static_cast<DType>(t);
   return std::nullopt;
 }
 
 std::optional<VectorOp> parse_vector_op(std::string_view name) noexcept {
-  for (auto op : {VectorOp::accumulate, VectorOp::axpy, VectorOp::scale, VectorOp::copy})
-    if (name == vector_op_name(op)) return op;
+  for (int op = 1; op <= static_cast<int>(VectorOp::product); ++op)
+    if (name == vector_op_name(static_cast<VectorOp>(op))) return static_cast<VectorOp>(op);
   return std::nullopt;
 }
 

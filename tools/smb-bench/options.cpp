@@ -1,10 +1,13 @@
 #include "options.hpp"
 
+#include "../common/vector_elements.hpp"
+
 #include <smb/client.hpp>
 #include <smb/error.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 
 namespace smb::bench {
 namespace {
@@ -32,6 +35,9 @@ const char* op_name(Op op) noexcept {
     case Op::fetch_add: return "fetch-add";
     case Op::accumulate: return "accumulate";
     case Op::axpy: return "axpy";
+    case Op::min: return "min";
+    case Op::max: return "max";
+    case Op::product: return "product";
   }
   return "?";
 }
@@ -46,23 +52,24 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
       "blocks split among --threads threads, each with up to --depth ops in flight (latency\n"
       "is from issue to observed completion, completions are awaited in issue order).\n"
       "fetch-add: each thread adds 1 to the 8-byte words of the buffer in turn, --iters times.\n"
-      "accumulate/axpy: the servers add V (axpy: A*V) to every --dtype element, --iters times,\n"
-      "in --block sized requests (default: the whole --size); --verify zeroes a created buffer\n"
-      "first and checks the result, so it assumes nobody else updates the buffer meanwhile.\n"
+      "accumulate/axpy/min/max/product: the servers add V (axpy: A*V) to every --dtype element\n"
+      "(min/max/product: y = min(y,V), max(y,V), y*V), --iters times, in --block sized\n"
+      "requests (default: the whole --size); --verify zeroes a created buffer first and checks\n"
+      "the result, so it assumes nobody else updates the buffer meanwhile.\n"
       "--verify: write stores a pattern that depends only on the byte offset and reads it all\n"
       "back; read checks every byte against it; fetch-add checks the sum of the words.",
       "smb-bench"};
   auto* servers_opt = app.add_option("--servers,-s", servers, "memory servers as host:port,... (default: $SMB_SERVERS)");
   app.add_option("--name,-n", o.name, "buffer to open, or create when missing (default: a temporary one)");
   std::string op;
-  app.add_option("--op", op, "write, read, fetch-add, accumulate or axpy")
+  app.add_option("--op", op, "write, read, fetch-add, accumulate, axpy, min, max or product")
       ->required()
-      ->check(CLI::IsMember({"write", "read", "fetch-add", "accumulate", "axpy"}));
+      ->check(CLI::IsMember({"write", "read", "fetch-add", "accumulate", "axpy", "min", "max", "product"}));
   std::string dtype = "f32";
-  app.add_option("--dtype", dtype, "element type of accumulate/axpy")
-      ->check(CLI::IsMember({"f32", "f64", "f16", "bf16"}))
+  app.add_option("--dtype", dtype, "element type of the vector ops (f32, f64, f16, bf16, u8, i8, i16, i32, i64)")
+      ->check(CLI::IsMember(tools::dtype_names()))
       ->capture_default_str();
-  app.add_option("--value", o.value, "accumulate/axpy: every element of x")->capture_default_str();
+  app.add_option("--value", o.value, "vector ops: every element of x")->capture_default_str();
   app.add_option("--alpha", o.alpha, "axpy: y = alpha*x + y")->capture_default_str();
   app.add_option("--size", size, "bytes of the buffer to cover (K/M/G/T suffixes)")
       ->required()
@@ -89,6 +96,9 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
            : op == "fetch-add"  ? Op::fetch_add
            : op == "accumulate" ? Op::accumulate
            : op == "axpy"       ? Op::axpy
+           : op == "min"        ? Op::min
+           : op == "max"        ? Op::max
+           : op == "product"    ? Op::product
                                 : Op::write;
     o.dtype = *parse_dtype(dtype);
     o.size = parse_size(size);
@@ -98,8 +108,13 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     if (o.op == Op::fetch_add) {
       if (o.size < 8) throw CLI::ValidationError("--size", "fetch-add needs at least one 8-byte word");
       if (iters_opt->count() == 0) o.iters = default_fetch_add_iters;
-    } else if (o.op == Op::accumulate || o.op == Op::axpy) {
+    } else if (is_vector_op(o.op)) {
       if (o.size < element_size(o.dtype)) throw CLI::ValidationError("--size", "smaller than one element");
+      // Integer elements hold V exactly, and the servers take only an integral alpha for them.
+      if (is_integer(o.dtype) && o.value != std::trunc(o.value))
+        throw CLI::ValidationError("--value", "must be an integer for --dtype " + dtype);
+      if (is_integer(o.dtype) && o.op == Op::axpy && o.alpha != std::trunc(o.alpha))
+        throw CLI::ValidationError("--alpha", "must be an integer for --dtype " + dtype);
       if (o.block == 0) o.block = o.size;
     } else if (o.block == 0) {
       throw CLI::ValidationError("--block", "a block size greater than zero is required for write and read");

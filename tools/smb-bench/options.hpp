@@ -8,8 +8,10 @@
 
 namespace smb::bench {
 
-enum class Op { write, read, fetch_add, accumulate, axpy };
+enum class Op { write, read, fetch_add, accumulate, axpy, min, max, product };
 const char* op_name(Op op) noexcept;
+// The ops the servers compute (run by vector_op.cpp), rather than transfers.
+inline bool is_vector_op(Op op) noexcept { return op >= Op::accumulate; }
 
 struct Options {
   std::optional<std::string> servers;  // --servers; unset: SMB_SERVERS
@@ -21,7 +23,7 @@ struct Options {
   std::uint32_t depth = 1;             // async ops in flight per thread
   std::uint32_t threads = 1;
   std::uint64_t stripe_unit = 0;       // for a created buffer; 0: libsmb's default
-  DType dtype = DType::f32;            // accumulate, axpy
+  DType dtype = DType::f32;            // vector ops
   double value = 1.0;                  // every element of x
   double alpha = 1.0;                  // axpy's a
   bool verify = false;

@@ -74,7 +74,7 @@ void print_json(std::ostream& out, Report& r) {
   if (r.sum) doc["sum_mismatch"] = {{"expected", r.sum->expected}, {"got", r.sum->got}};
   if (r.value)
     doc["value_mismatch"] = {{"element", r.value->element}, {"expected", r.value->expected}, {"got", r.value->got}};
-  if (o.op == Op::accumulate || o.op == Op::axpy) {
+  if (is_vector_op(o.op)) {
     doc["dtype"] = dtype_name(o.dtype);
     doc["value"] = o.value;
     doc["alpha"] = o.alpha;
@@ -90,7 +90,7 @@ void print_human(std::ostream& out, Report& r) {
       << " server(s), stripe unit " << util::format_bytes(r.stripe_unit) << '\n';
   if (o.op == Op::fetch_add)
     out << "  " << o.iters << " fetch-add(s) per thread, " << o.threads << " thread(s)\n";
-  else if (o.op == Op::accumulate || o.op == Op::axpy)
+  else if (is_vector_op(o.op))
     out << "  " << o.iters << " pass(es) of " << dtype_name(o.dtype) << " " << op_name(o.op) << " (value " << o.value
         << (o.op == Op::axpy ? ", alpha " + fixed(o.alpha, 3) : std::string()) << ") in "
         << util::format_bytes(o.block) << " requests\n";

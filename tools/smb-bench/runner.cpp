@@ -31,7 +31,7 @@ void run_vector_phase(BenchBuffer& bench, const Options& o, Report& report) {
   report.phase = run_vector_op(buffer, o);
   if (!o.verify) return;
   if (!bench.created()) return;  // others may have updated an existing buffer: nothing to compare with
-  report.value = check_elements(buffer, o, expected_increment(o));
+  report.value = check_elements(buffer, o, expected_value(o));
   report.verified = !report.value;
 }
 
@@ -71,7 +71,7 @@ Report run_benchmark(Client& client, const Options& options) {
   report.servers = layout.servers.size();
   if (options.op == Op::fetch_add)
     run_fetch_add_phase(bench, options, report);
-  else if (options.op == Op::accumulate || options.op == Op::axpy)
+  else if (is_vector_op(options.op))
     run_vector_phase(bench, options, report);
   else
     run_transfer_phase(bench, options, report);

@@ -12,11 +12,25 @@ namespace smb::bench {
 using tools::element_at;
 using tools::filled_elements;
 
+namespace {
+
+VectorOp server_op(Op op) {
+  switch (op) {
+    case Op::axpy: return VectorOp::axpy;
+    case Op::min: return VectorOp::min;
+    case Op::max: return VectorOp::max;
+    case Op::product: return VectorOp::product;
+    default: return VectorOp::accumulate;
+  }
+}
+
+}  // namespace
+
 PhaseResult run_vector_op(Buffer& buffer, const Options& o) {
   const std::size_t esize = element_size(o.dtype);
   const std::uint64_t block = std::max<std::uint64_t>(o.block / esize, 1) * esize;
   const auto x = filled_elements(o.dtype, static_cast<std::size_t>(std::min(block, o.size) / esize), o.value);
-  const VectorOp op = o.op == Op::axpy ? VectorOp::axpy : VectorOp::accumulate;
+  const VectorOp op = server_op(o.op);
   PhaseResult result;
   result.seconds = run_threads(1, [&](ThreadContext& context) {
     context.start();
@@ -40,8 +54,15 @@ void zero_elements(Buffer& buffer, const Options& o) {
   buffer.apply(VectorOp::scale, o.dtype, 0, o.size / element_size(o.dtype), 0.0);
 }
 
-double expected_increment(const Options& o) {
-  return static_cast<double>(o.iters) * o.value * (o.op == Op::axpy ? o.alpha : 1.0);
+double expected_value(const Options& o) {
+  const double v = o.op == Op::min       ? std::min(0.0, o.value)
+                   : o.op == Op::max     ? std::max(0.0, o.value)
+                   : o.op == Op::product ? 0.0
+                                         : static_cast<double>(o.iters) * o.value * (o.op == Op::axpy ? o.alpha : 1.0);
+  // As the element holds it: V rounded to a half type, a sum wrapped around in an integer type.
+  std::vector<std::byte> stored(element_size(o.dtype));
+  tools::store_element(o.dtype, stored.data(), 0, v);
+  return element_at(o.dtype, stored.data(), 0);
 }
 
 std::optional<ValueMismatch> check_elements(Buffer& buffer, const Options& o, double expected) {

@@ -1,6 +1,7 @@
 #pragma once
-// The server-side vector-op benchmark: accumulate or axpy a constant vector
-// (every element V) into the buffer, --iters times, in --block sized requests.
+// The server-side vector-op benchmark: accumulate, axpy, min, max or
+// product a constant vector (every element V) into the buffer, --iters
+// times, in --block sized requests.
 #include "options.hpp"
 #include "results.hpp"
 
@@ -15,7 +16,7 @@ PhaseResult run_vector_op(Buffer& buffer, const Options& o);
 void zero_elements(Buffer& buffer, const Options& o);
 // Checks that every element equals `expected`; the first one that does not.
 std::optional<ValueMismatch> check_elements(Buffer& buffer, const Options& o, double expected);
-// What --iters runs add to each element (alpha*value for axpy).
-double expected_increment(const Options& o);
+// What --iters runs leave in each element of a zeroed buffer, as stored.
+double expected_value(const Options& o);
 
 }  // namespace smb::bench

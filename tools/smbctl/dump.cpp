@@ -24,15 +24,20 @@ void dump_elements(Client& client, const std::string& name, DType type, std::uin
   constexpr std::uint64_t chunk = 1u << 16;
   std::vector<std::byte> bytes(static_cast<std::size_t>(std::min(n, chunk) * esize));
   nlohmann::json values = nlohmann::json::array();
+  auto emit = [&](auto v) {
+    if (json)
+      values.push_back(v);
+    else
+      std::cout << v << '\n';
+  };
   for (std::uint64_t first = 0; first < n; first += chunk) {
     const auto m = static_cast<std::size_t>(std::min(chunk, n - first));
     buffer.read((offset + first) * esize, std::span(bytes).first(m * esize));
     for (std::size_t i = 0; i < m; ++i) {
-      const double v = tools::element_at(type, bytes.data(), i);
-      if (json)
-        values.push_back(v);
+      if (is_integer(type))
+        emit(tools::integer_at(type, bytes.data(), i));  // exact, also past 2^53
       else
-        std::cout << v << '\n';
+        emit(tools::element_at(type, bytes.data(), i));
     }
   }
   if (json)

@@ -2,6 +2,7 @@
 //   smbctl [--servers LIST] [--json] status | ls | info NAME | rm NAME | dump NAME --dtype T
 // Exit status: 0 success, 1 a libsmb error, 2 a usage error.
 #include "../common/tool_setup.hpp"
+#include "../common/vector_elements.hpp"
 #include "commands.hpp"
 
 #include <smb/error.hpp>
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
   std::string dtype;
   std::uint64_t offset = 0;
   std::optional<std::uint64_t> count;
-  dump->add_option("--dtype", dtype, "element type")->required()->check(CLI::IsMember({"f32", "f64", "f16", "bf16"}));
+  dump->add_option("--dtype", dtype, "element type")->required()->check(CLI::IsMember(smb::tools::dtype_names()));
   dump->add_option("--offset", offset, "first element (default 0)");
   dump->add_option("--count", count, "elements to print (default: to the end)");
 
