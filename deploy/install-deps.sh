@@ -21,6 +21,10 @@ PACKAGES=(
   libgtest-dev libgmock-dev clang libclang-rt-14-dev
   # scripts (free-port lookup, process tools)
   python3 procps iproute2 jq
+  # launching workers across hosts (smbrun -H, mpirun)
+  openmpi-bin
+  # plugins: the smb Python package (pybind11, DLPack) and smb.torch (Debian's torch, CPU, with gloo)
+  pybind11-dev libdlpack-dev python3-dev python3-numpy python3-torch python3-sklearn python3-matplotlib
 )
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }
