@@ -44,9 +44,6 @@ void ControlServer::accept() {
     if (ec) return accept_failed(ec);
     accept_backoff_ = std::chrono::milliseconds(0);
     if (sessions_.size() >= limits_.max_connections) {
-      // Closed at once: the client sees the connection end, not a hang.
-      boost::system::error_code ignored;
-      socket.close(ignored);
       ++refused_unlogged_;
       const auto now = std::chrono::steady_clock::now();
       if (now - last_refused_log_ >= kLogInterval) {
@@ -55,6 +52,9 @@ void ControlServer::accept() {
         last_refused_log_ = now;
         refused_unlogged_ = 0;
       }
+      // Closed at once: the client sees the connection end, not a hang.
+      boost::system::error_code ignored;
+      socket.close(ignored);
       return accept();
     }
     boost::system::error_code ignored;

@@ -78,7 +78,9 @@ class HostileClientTest : public testing::Test {
       std::this_thread::sleep_for(50ms);
     }
     EXPECT_LE(now.open_fds, baseline_.open_fds + 2) << "descriptors at start " << baseline_.open_fds;
-    EXPECT_LE(now.rss_bytes, baseline_.rss_bytes + rss_slack) << "RSS at start " << baseline_.rss_bytes;
+    if (kRssIsMeaningful) {
+      EXPECT_LE(now.rss_bytes, baseline_.rss_bytes + rss_slack) << "RSS at start " << baseline_.rss_bytes;
+    }
   }
 
   static void expect_error(RawConnection& raw, int errc, const std::string& what, std::size_t max_reply = 4096) {
@@ -215,8 +217,10 @@ TEST_F(HostileClientTest, StalledFramesCostWhatArrivedAndTimeOut) {
   }
   std::this_thread::sleep_for(300ms);
   const auto during = server_->usage();
-  EXPECT_LT(during.rss_bytes, baseline_.rss_bytes + (48u << 20))
-      << kStalled << " stalled 1 MiB frames should not cost " << kStalled << " MiB";
+  if (kRssIsMeaningful) {
+    EXPECT_LT(during.rss_bytes, baseline_.rss_bytes + (48u << 20))
+        << kStalled << " stalled 1 MiB frames should not cost " << kStalled << " MiB";
+  }
   expect_serving();  // and others are served meanwhile
   for (auto& raw : stalled) EXPECT_TRUE(raw->closed_by_peer(10s)) << "a stalled frame past --frame-timeout";
   stalled.clear();
@@ -248,9 +252,18 @@ TEST_F(HostileClientTest, RunningOutOfDescriptorsBacksOffAndRecovers) {
 // connections are closed at once, and the daemon never runs out.
 TEST_F(HostileClientTest, ConnectionLimitFollowsTheOpenFileLimit) {
   start({}, 256);  // (256 - 64) / 4 = 48 connections
-  std::this_thread::sleep_for(200ms);  // start()'s client has gone
   std::vector<std::unique_ptr<RawConnection>> held;
-  for (int i = 0; i < 48; ++i) held.push_back(greeted());
+  held.push_back(greeted());
+  // start()'s client may still be leaving: wait until this is the only one.
+  for (std::uint32_t id = 1;; ++id) {
+    held.front()->send(msgpack_frame(kStat, id, {{"limit", 1}}));
+    auto stat = held.front()->receive();
+    ASSERT_TRUE(stat && stat->body.is_object());
+    if (stat->body.value("clients", 0) == 1) break;
+    ASSERT_LT(id, 500u) << "start()'s client did not leave";
+    std::this_thread::sleep_for(10ms);
+  }
+  for (int i = 1; i < 48; ++i) held.push_back(greeted());
   RawConnection over(server_->address());
   EXPECT_TRUE(over.closed_by_peer(5s)) << "a connection over the limit should be closed at once";
   EXPECT_NE(server_->log().find("--max-connections"), std::string::npos) << server_->log();

@@ -101,7 +101,9 @@ TEST(ScaleTest, TwentyThousandBuffersOverTwoServers) {
     const auto end = server->usage();
     EXPECT_LE(end.open_fds, start.open_fds + 2) << server->address();
     // The pool is resident from the start; what grows is bookkeeping, freed again.
-    EXPECT_LE(end.rss_bytes, start.rss_bytes + (64u << 20)) << server->address();
+    if (kRssIsMeaningful) {
+      EXPECT_LE(end.rss_bytes, start.rss_bytes + (64u << 20)) << server->address();
+    }
   }
 }
 

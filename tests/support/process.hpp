@@ -37,6 +37,10 @@ struct ProcessUsage {
 };
 ProcessUsage process_usage(pid_t pid);
 
+// Whether RSS says anything about memory coming back: not under ASan, whose
+// quarantine holds freed memory (SMB_TEST_SANITIZED, from CMake).
+inline constexpr bool kRssIsMeaningful = !SMB_TEST_SANITIZED;
+
 // Reaps `pid` if it ends before `timeout`; nullopt if it is still running.
 std::optional<ExitStatus> wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);
 
