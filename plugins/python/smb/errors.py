@@ -1,0 +1,76 @@
+"""The exceptions of the smb package.
+
+Every failure in libsmb arrives as an instance of :class:`Error` (or of the
+subclass for its code), with the C++ message unchanged: it names the
+server, the buffer and the operation. ``err.code`` is the code's name
+(``"server_gone"``, ``"timeout"``, ...), as ``smb::Errc`` spells it.
+"""
+
+
+class Error(Exception):
+    """A failure reported by libsmb; ``code`` is the smb::Errc name."""
+
+    code = "internal"
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class InvalidArgument(Error, ValueError):
+    code = "invalid_argument"
+
+
+class OutOfRange(Error, IndexError):
+    code = "out_of_range"
+
+
+class NotFound(Error, LookupError):
+    code = "not_found"
+
+
+class AlreadyExists(Error):
+    code = "already_exists"
+
+
+class CapacityExhausted(Error, MemoryError):
+    """A server has not enough free memory, or a per-client limit was reached."""
+
+    code = "no_space"
+
+
+class Unreachable(Error, ConnectionError):
+    code = "unreachable"
+
+
+class ServerGone(Error, ConnectionError):
+    """A memory server that was connected went away."""
+
+    code = "server_gone"
+
+
+class Timeout(Error, TimeoutError):
+    code = "timeout"
+
+
+class ProtocolError(Error):
+    code = "protocol"
+
+
+class TransportError(Error):
+    code = "transport"
+
+
+class InternalError(Error):
+    code = "internal"
+
+
+_BY_CODE = {cls.code: cls for cls in (InvalidArgument, OutOfRange, NotFound, AlreadyExists, CapacityExhausted,
+                                       Unreachable, ServerGone, Timeout, ProtocolError, TransportError,
+                                       InternalError)}
+
+
+def from_code(code, message):
+    """The exception for an smb::Errc name (used by the C++ translator)."""
+    return _BY_CODE.get(code, Error)(message, code)

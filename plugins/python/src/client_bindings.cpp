@@ -1,0 +1,334 @@
+// smb._core.Client, Buffer, Request, Lock, Registration: libsmb's C++ API,
+// low-level (seconds as floats, ops and dtypes as names); smb/__init__.py
+// wraps them in the documented Python API. Every transfer and wait runs
+// with the GIL released, on the caller's memory in place.
+#include "bindings.hpp"
+#include "host_memory.hpp"
+
+#include <smb/client.hpp>
+
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <thread>
+
+namespace py = pybind11;
+
+namespace smb::python {
+namespace {
+
+std::chrono::milliseconds millis(double seconds, const char* what) {
+  if (!(seconds > 0)) throw Error(Errc::invalid_argument, std::string(what) + " must be a positive number of seconds");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
+}
+
+VectorOp op_named(const std::string& name) {
+  if (auto op = parse_vector_op(name)) return *op;
+  throw Error(Errc::invalid_argument, "unknown vector op '" + name + "'");
+}
+
+DType dtype_named(const std::string& name) {
+  if (auto t = parse_dtype(name)) return *t;
+  throw Error(Errc::invalid_argument, "unknown dtype '" + name + "'");
+}
+
+std::span<const std::byte> bytes_of(const HostMemory& m) { return {m.data, m.size}; }
+std::span<std::byte> writable_bytes_of(const HostMemory& m) { return {m.data, m.size}; }
+
+// An asynchronous transfer and the memory it uses. Dropping it before it
+// completed waits for it: the transport may still write into that memory.
+class PyRequest {
+ public:
+  PyRequest(Request request, std::shared_ptr<void> keep) : request_(std::move(request)), keep_(std::move(keep)) {}
+  PyRequest(PyRequest&&) = default;
+  PyRequest& operator=(PyRequest&&) = default;
+  ~PyRequest() {
+    if (done_ || !request_.valid()) return;
+    try {
+      py::gil_scoped_release nogil;
+      request_.wait();
+    } catch (const Error&) {
+    }
+  }
+  // Waits up to `timeout` seconds (None: the client's timeout); raises
+  // smb.Timeout if it is still running then, or the transfer's error.
+  void wait(std::optional<double> timeout) {
+    if (done_) return;
+    py::gil_scoped_release nogil;
+    if (!timeout) {
+      try {
+        request_.wait();
+      } catch (...) {
+        done_ = true;
+        throw;
+      }
+      done_ = true;
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + millis(*timeout, "timeout");
+    while (!test()) {
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw Error(Errc::timeout, "request not done within " + std::to_string(*timeout) + " s (still in flight)");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  bool done() {
+    if (done_) return true;
+    py::gil_scoped_release nogil;
+    return test();
+  }
+
+ private:
+  // Drives progress once; true (and done) once finished, its error raised once.
+  bool test() {
+    try {
+      if (!request_.test()) return false;
+    } catch (...) {
+      done_ = true;
+      throw;
+    }
+    done_ = true;
+    return true;
+  }
+
+  Request request_;
+  std::shared_ptr<void> keep_;
+  bool done_ = false;
+};
+
+// A registration and the object whose memory it pins.
+struct PyRegistration {
+  MemoryRegistration registration;
+  std::shared_ptr<void> keep;
+};
+
+void bind_buffer(py::module_& m) {
+  py::class_<Buffer>(m, "Buffer")
+      .def_property_readonly("name", &Buffer::name)
+      .def_property_readonly("size", &Buffer::size)
+      .def_property_readonly("layout", &Buffer::layout)
+      .def("write",
+           [](Buffer& b, std::uint64_t offset, py::handle data) {
+             const auto mem = host_memory(data, false);
+             py::gil_scoped_release nogil;
+             b.write(offset, bytes_of(mem));
+           })
+      .def("read",
+           [](Buffer& b, std::uint64_t offset, py::handle out) {
+             const auto mem = host_memory(out, true);
+             py::gil_scoped_release nogil;
+             b.read(offset, writable_bytes_of(mem));
+           })
+      .def("write_async",
+           [](Buffer& b, std::uint64_t offset, py::handle data) {
+             const auto mem = host_memory(data, false);
+             Request request;
+             {
+               py::gil_scoped_release nogil;
+               request = b.write_async(offset, bytes_of(mem));
+             }
+             return PyRequest(std::move(request), mem.keep);
+           })
+      .def("read_async",
+           [](Buffer& b, std::uint64_t offset, py::handle out) {
+             const auto mem = host_memory(out, true);
+             Request request;
+             {
+               py::gil_scoped_release nogil;
+               request = b.read_async(offset, writable_bytes_of(mem));
+             }
+             return PyRequest(std::move(request), mem.keep);
+           })
+      .def("fetch_add",
+           [](Buffer& b, std::uint64_t offset, std::uint64_t value) {
+             py::gil_scoped_release nogil;
+             return b.fetch_add(offset, value);
+           })
+      .def("compare_swap",
+           [](Buffer& b, std::uint64_t offset, std::uint64_t expected, std::uint64_t desired) {
+             py::gil_scoped_release nogil;
+             return b.compare_swap(offset, expected, desired);
+           })
+      .def("apply",
+           [](Buffer& b, const std::string& op, const std::string& dtype, std::uint64_t offset, std::uint64_t count,
+              double alpha, py::object x) {
+             const auto o = op_named(op);
+             const auto t = dtype_named(dtype);
+             if (x.is_none()) {
+               py::gil_scoped_release nogil;
+               b.apply(o, t, offset, count, alpha);
+               return;
+             }
+             const auto mem = host_memory(x, false);
+             py::gil_scoped_release nogil;
+             b.apply(o, t, offset, count, alpha, bytes_of(mem));
+           })
+      .def("apply_from",
+           [](Buffer& b, const std::string& op, const std::string& dtype, std::uint64_t offset, std::uint64_t count,
+              double alpha, const Buffer& source, std::uint64_t source_offset) {
+             const auto o = op_named(op);
+             const auto t = dtype_named(dtype);
+             py::gil_scoped_release nogil;
+             b.apply_from(o, t, offset, count, alpha, source, source_offset);
+           })
+      .def("version",
+           [](Buffer& b) {
+             py::gil_scoped_release nogil;
+             return b.version();
+           })
+      .def("wait_version",
+           [](Buffer& b, std::uint64_t version, double timeout) {
+             const auto limit = millis(timeout, "timeout");
+             py::gil_scoped_release nogil;
+             return b.wait_version(version, limit);
+           })
+      .def("close", [](Buffer& b) {
+        py::gil_scoped_release nogil;
+        b.close();
+      });
+
+  py::class_<PyRequest>(m, "Request")
+      .def("wait", &PyRequest::wait, py::arg("timeout") = py::none())
+      .def("done", &PyRequest::done);
+}
+
+void bind_client(py::module_& m) {
+  py::class_<Lock>(m, "Lock")
+      .def("unlock",
+           [](Lock& l) {
+             py::gil_scoped_release nogil;
+             l.unlock();
+           })
+      .def_property_readonly("held", &Lock::held);
+
+  py::class_<PyRegistration>(m, "Registration")
+      .def("unregister",
+           [](PyRegistration& r) {
+             r.registration.unregister();
+             r.keep.reset();
+           })
+      .def_property_readonly("valid", [](const PyRegistration& r) { return r.registration.valid(); });
+
+  py::class_<Client>(m, "Client")
+      .def(py::init([](std::vector<std::string> servers, double timeout, std::string transport) {
+             ClientOptions options;
+             options.servers = std::move(servers);
+             options.timeout = millis(timeout, "timeout");
+             options.transport = std::move(transport);
+             py::gil_scoped_release nogil;
+             return Client(std::move(options));
+           }),
+           py::arg("servers"), py::arg("timeout"), py::arg("transport"))
+      .def("create",
+           [](Client& c, const std::string& name, std::uint64_t size, std::uint64_t stripe_unit,
+              std::vector<std::string> servers) {
+             BufferOptions o{stripe_unit, std::move(servers)};
+             py::gil_scoped_release nogil;
+             return c.create(name, size, o);
+           })
+      .def("open",
+           [](Client& c, const std::string& name) {
+             py::gil_scoped_release nogil;
+             return c.open(name);
+           })
+      .def("open_or_create",
+           [](Client& c, const std::string& name, std::uint64_t size, std::uint64_t stripe_unit,
+              std::vector<std::string> servers) {
+             BufferOptions o{stripe_unit, std::move(servers)};
+             py::gil_scoped_release nogil;
+             return c.open_or_create(name, size, o);
+           })
+      .def("destroy",
+           [](Client& c, const std::string& name) {
+             py::gil_scoped_release nogil;
+             c.destroy(name);
+           })
+      .def("lock",
+           [](Client& c, const std::string& name, std::uint64_t offset, std::uint64_t length, double lease,
+              double timeout) {
+             LockOptions o{offset, length, millis(lease, "lease"), millis(timeout, "timeout")};
+             py::gil_scoped_release nogil;
+             return c.lock(name, o);
+           })
+      .def("barrier",
+           [](Client& c, const std::string& name, std::uint32_t parties, double timeout) {
+             const auto limit = millis(timeout, "timeout");
+             py::gil_scoped_release nogil;
+             c.barrier(name, parties, limit);
+           })
+      .def("status",
+           [](Client& c) {
+             py::gil_scoped_release nogil;
+             return c.status();
+           })
+      .def("list",
+           [](Client& c) {
+             py::gil_scoped_release nogil;
+             return c.list();
+           })
+      .def("info",
+           [](Client& c, const std::string& name) {
+             py::gil_scoped_release nogil;
+             return c.info(name);
+           })
+      .def_property_readonly("servers", &Client::servers)
+      .def("describe_paths", &Client::describe_paths)
+      .def("register_memory", [](Client& c, py::handle memory) {
+        const auto mem = host_memory(memory, true);
+        PyRegistration r;
+        {
+          py::gil_scoped_release nogil;
+          r.registration = c.register_memory(writable_bytes_of(mem));
+        }
+        r.keep = mem.keep;
+        return r;
+      });
+}
+
+void bind_records(py::module_& m) {
+  py::class_<Layout>(m, "Layout")
+      .def_readonly("name", &Layout::name)
+      .def_readonly("size", &Layout::size)
+      .def_readonly("stripe_unit", &Layout::stripe_unit)
+      .def_readonly("servers", &Layout::servers)
+      .def_readonly("shares", &Layout::shares)
+      .def("__repr__", [](const Layout& l) {
+        return "Layout(name='" + l.name + "', size=" + std::to_string(l.size) + ", servers=" +
+               std::to_string(l.servers.size()) + ")";
+      });
+  py::class_<BufferSummary>(m, "BufferSummary")
+      .def_readonly("name", &BufferSummary::name)
+      .def_readonly("bytes", &BufferSummary::bytes)
+      .def_readonly("open_handles", &BufferSummary::open_handles);
+  py::class_<ServerStatus>(m, "ServerStatus")
+      .def_readonly("address", &ServerStatus::address)
+      .def_readonly("transport", &ServerStatus::transport)
+      .def_readonly("capacity", &ServerStatus::capacity)
+      .def_readonly("used", &ServerStatus::used)
+      .def_readonly("largest_free", &ServerStatus::largest_free)
+      .def_readonly("huge_pages", &ServerStatus::huge_pages)
+      .def_readonly("clients", &ServerStatus::clients)
+      .def_readonly("buffers", &ServerStatus::buffers);
+}
+
+}  // namespace
+
+void bind_client_api(py::module_& m) {
+  bind_records(m);
+  bind_buffer(m);
+  bind_client(m);
+  m.def(
+      "memory_address",
+      [](py::handle object) {
+        const auto mem = host_memory(object, false, /*allow_device=*/true);
+        return reinterpret_cast<std::uintptr_t>(mem.data);
+      },
+      "The address smb reads `object`'s bytes from: equal to the object's own data pointer, as no copy is made.");
+  m.def("memory_dtype", [](py::handle object) -> py::object {
+    const auto mem = host_memory(object, false, /*allow_device=*/true);
+    if (!mem.dtype) return py::none();
+    return py::str(dtype_name(*mem.dtype));
+  }, "The smb dtype name of `object`'s elements, or None.");
+}
+
+}  // namespace smb::python
