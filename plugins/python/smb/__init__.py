@@ -18,6 +18,7 @@ Failures raise :class:`smb.Error` subclasses (see :mod:`smb.errors`).
 Framework layers: :mod:`smb.torch` (Horovod's API over the fabric).
 """
 
+import operator
 import os
 
 from . import _core
@@ -146,7 +147,9 @@ class Buffer:
         """Reads into `out` (writable, contiguous) and returns it; without
         `out`, reads `size` bytes (default: to the end) into a new bytearray."""
         if out is None:
-            out = bytearray(self.size - offset if size is None else size)
+            # max(0, ...): an offset past the end must reach libsmb and raise
+            # smb.OutOfRange naming the buffer, not bytearray's "negative count".
+            out = bytearray(max(0, self.size - offset) if size is None else size)
         self._b.read(offset, out)
         return out
 
@@ -160,13 +163,16 @@ class Buffer:
         return self._b.read_async(offset, out)
 
     def fetch_add(self, offset, value):
-        """Atomically adds `value` to the 64-bit word at `offset`; returns the old value."""
-        return self._b.fetch_add(offset, value)
+        """Atomically adds `value` to the 64-bit word at `offset`; returns the old
+        value (unsigned). A negative `value` subtracts (modulo 2**64)."""
+        return self._b.fetch_add(offset, _word(value, "fetch_add: value"))
 
     def compare_swap(self, offset, expected, desired):
         """Atomically sets the 64-bit word at `offset` to `desired` if it is
-        `expected`; returns the old value."""
-        return self._b.compare_swap(offset, expected, desired)
+        `expected`; returns the old value (unsigned; negative arguments are
+        taken modulo 2**64)."""
+        return self._b.compare_swap(offset, _word(expected, "compare_swap: expected"),
+                                    _word(desired, "compare_swap: desired"))
 
     def apply(self, op, dtype=None, offset=0, x=None, count=None, alpha=1.0):
         """A server-side vector op on `count` elements at byte `offset`:
@@ -214,6 +220,16 @@ class Buffer:
 
     def __repr__(self):
         return f"smb.Buffer(name={self.name!r}, size={self.size})"
+
+
+def _word(value, what):
+    """`value` as the unsigned 64-bit word libsmb takes. The binding's uint64
+    refuses negative ints with a bare TypeError, yet fetch_add(off, -1) is the
+    natural way to decrement: take -2**63..2**64-1 modulo 2**64, refuse others."""
+    value = operator.index(value)  # ints (numpy's too), not floats
+    if not -(1 << 63) <= value < (1 << 64):
+        raise InvalidArgument(f"{what} {value} does not fit in a 64-bit word", "invalid_argument")
+    return value & ((1 << 64) - 1)
 
 
 def _nbytes(x):

@@ -91,7 +91,15 @@ bool row_major(const DLTensor& t) {
 
 std::optional<HostMemory> from_dlpack(py::handle object, bool allow_device) {
   if (!py::hasattr(object, "__dlpack__")) return std::nullopt;
-  py::object capsule = object.attr("__dlpack__")();
+  // torch refuses to export some tensors (requires_grad, bool) with a bare
+  // RuntimeError; say it the way every other unusable object is refused
+  // (smb.InvalidArgument, naming the type), with torch's reason and hint.
+  py::object capsule;
+  try {
+    capsule = object.attr("__dlpack__")();
+  } catch (py::error_already_set& e) {
+    refuse("a " + type_name(object) + " whose memory cannot be used in place: " + std::string(py::str(e.value())));
+  }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (managed == nullptr) throw py::error_already_set();
   PyCapsule_SetName(capsule.ptr(), "used_dltensor");  // ours now: we call its deleter

@@ -1,0 +1,287 @@
+"""init(), shutdown() and the job's topology, as horovod.torch has them.
+
+Where the rank comes from, in order: init()'s arguments; Open MPI's
+variables under mpirun (OMPI_COMM_WORLD_*), so that rank() matches
+OMPI_COMM_WORLD_RANK; smbrun's SMB_*; torchrun's RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE; Slurm's SLURM_PROCID, SLURM_NTASKS,
+SLURM_LOCALID. Without any, a single process (rank 0 of 1). The workers of
+one node form a group (local_rank, local_size); SMB_TORCH_GROUP_SIZE=N
+makes groups of N consecutive ranks instead.
+
+The fabric: smb.Client() over $SMB_SERVERS. Every buffer of the job lives
+under a namespace made of the job id ($SMB_JOB_ID from smbrun, else the
+launcher's: Open MPI's job id, torchrun's run id, Slurm's job and step),
+so concurrent jobs on one fabric never collide; rank 0 destroys the job's
+buffers at shutdown().
+"""
+
+import atexit
+import logging
+import os
+import socket
+import threading
+
+import smb
+
+from . import fabric
+
+log = logging.getLogger("smb.torch")
+
+_state = None
+_state_lock = threading.RLock()
+
+
+class NotInitializedError(ValueError):
+    """A call that needs init() came before it (Horovod raises ValueError)."""
+
+
+def _env_int(*names):
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            return int(value)
+    return None
+
+
+def _topology(rank, size, local_rank, local_size):
+    env_rank = _env_int("OMPI_COMM_WORLD_RANK", "SMB_RANK", "RANK", "PMI_RANK", "SLURM_PROCID")
+    env_size = _env_int("OMPI_COMM_WORLD_SIZE", "SMB_SIZE", "WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+    env_local_rank = _env_int("OMPI_COMM_WORLD_LOCAL_RANK", "SMB_LOCAL_RANK", "LOCAL_RANK", "MPI_LOCALRANKID",
+                              "SLURM_LOCALID")
+    env_local_size = _env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "SMB_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS")
+    rank = env_rank if rank is None else rank
+    size = env_size if size is None else size
+    if rank is None or size is None:
+        rank, size = 0, 1
+    local_rank = env_local_rank if local_rank is None else local_rank
+    local_size = env_local_size if local_size is None else local_size
+    if local_size is None and os.environ.get("SLURM_NTASKS_PER_NODE", "").isdigit():
+        local_size = int(os.environ["SLURM_NTASKS_PER_NODE"])
+    if local_rank is None or local_size is None:
+        local_rank, local_size = rank, size  # one node
+    cross_rank = _env_int("GROUP_RANK", "SMB_NODE_RANK")
+    group = os.environ.get("SMB_TORCH_GROUP_SIZE", "")
+    if group.isdigit() and int(group) > 0 and size % int(group) == 0:
+        # Groups other than the nodes (e.g. 2 groups of 2 on one machine).
+        local_size = int(group)
+        local_rank = rank % local_size
+        cross_rank = None
+    if cross_rank is None:
+        cross_rank = rank // local_size
+    if not (0 <= rank < size and 0 <= local_rank < local_size <= size):
+        raise ValueError(f"inconsistent topology: rank {rank} of {size}, local rank {local_rank} of {local_size}")
+    return rank, size, local_rank, local_size, cross_rank
+
+
+def _job_id(size):
+    env = os.environ
+    for name in ("SMB_JOB_ID", "OMPI_MCA_ess_base_jobid", "TORCHELASTIC_RUN_ID"):
+        if env.get(name):
+            return name.split("_")[0].lower() + "-" + env[name]
+    if env.get("SLURM_JOB_ID"):
+        return f"slurm-{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '0')}"
+    if size == 1:
+        return f"local-{socket.gethostname()}-{os.getpid()}"
+    log.warning("smb.torch: no job id from the launcher (SMB_JOB_ID, mpirun, torchrun or Slurm); using a shared "
+                "default: two such jobs on one fabric at once would collide")
+    return "default"
+
+
+class State:
+    """Everything init() sets up; shutdown() takes it down."""
+
+    def __init__(self, rank, size, local_rank, local_size, cross_rank, cross_size, client, job):
+        self.rank, self.size = rank, size
+        self.local_rank, self.local_size = local_rank, local_size
+        self.cross_rank, self.cross_size = cross_rank, cross_size
+        self.client = client
+        self.job = fabric.buffer_name("hvd", job)
+        self.stalls = fabric.Stalls()
+        self.process_sets = {}   # id -> fabric.ProcessGroupState (where this rank is a member)
+        self.set_ranks = {}      # id -> ranks, every registered set
+        self.next_set_id = 1
+        self.join_epoch = 0      # join() epochs completed
+        self._join_buffers = {}
+        # The longest a collective's data phase waits once every rank arrived.
+        self.op_timeout = float(os.environ.get("SMB_TORCH_OP_TIMEOUT", "600"))
+        # Held for this rank's lifetime: the servers release it when this
+        # process dies, which is how waiting ranks learn that it did.
+        self._alive = client.lock(self.alive_name(rank), lease=86400.0, timeout=60.0)
+
+    def alive_name(self, rank):
+        return fabric.buffer_name(self.job, "alive", rank)
+
+    def alive(self, rank):
+        """False once `rank` has died (its liveness lock came free)."""
+        try:
+            probe = self.client.lock(self.alive_name(rank), lease=1.0, timeout=0.01)
+        except smb.Timeout:
+            return True
+        probe.unlock()
+        return False
+
+    def join_buffer(self, group):
+        buf = self._join_buffers.get(group.set_id)
+        if buf is None:
+            from . import joining
+            buf = self._join_buffers[group.set_id] = joining._buffer(self, group)
+        return buf
+
+    def joined_indices(self, group):
+        from . import joining
+        return joining.joined_indices(self, group)
+
+    def report_stall(self, name, missing, waited):
+        """Horovod's stall warning, on every waiting rank, naming the
+        collective and the ranks it waits for."""
+        log.warning("One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks "
+                    "and are waiting for remainder of ranks for more than %d seconds. This may indicate that "
+                    "different ranks are trying to submit different tensors or that only subset of ranks is "
+                    "submitting tensors, which will cause deadlock. \nMissing ranks:\n%s", int(waited),
+                    "\n".join(f"{r}: [{name}]" for r in missing))
+
+    def open_or_create(self, name, size, stripe_unit, servers=None):
+        return self.client.open_or_create(name, size, stripe_unit=stripe_unit, servers=servers)
+
+    def barrier(self, what, timeout=300.0):
+        self.client.barrier(fabric.buffer_name(self.job, "barrier", what), self.size, timeout)
+
+
+def init(comm=None, process_sets=None, rank=None, size=None, local_rank=None, local_size=None, servers=None):
+    """Starts smb.torch: connects to the fabric and meets every other rank.
+
+    comm: accepted for Horovod compatibility (a list of ranks is not supported;
+    use process sets). process_sets: ProcessSet objects to register now, or
+    "dynamic". The keyword arguments override what the launcher says."""
+    global _state
+    from . import process_sets as ps
+    with _state_lock:
+        if _state is None:
+            if comm is not None and not isinstance(comm, (list, tuple)):
+                log.info("smb.torch: init(comm=...) ignored; ranks come from the launcher")
+            rank, size, local_rank, local_size, cross_rank = _topology(rank, size, local_rank, local_size)
+            cross_size = max(1, size // local_size)
+            client = smb.Client(servers)
+            state = State(rank, size, local_rank, local_size, cross_rank, cross_size, client, _job_id(size))
+            state.barrier("init")
+            _state = state
+            ps.register_global(state)
+            from . import timeline
+            timeline.start_from_environment()
+            atexit.register(shutdown)
+        # Sets given to init() register collectively, all or none; init()
+        # again with a valid list proceeds (Horovod's behaviour).
+        if process_sets == "dynamic":
+            os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
+        elif process_sets:
+            ps.register_initial(_state, process_sets)
+
+
+def shutdown():
+    """Meets every other rank, destroys the job's buffers (rank 0) and
+    disconnects. init() may be called again afterwards."""
+    global _state
+    from . import ops, timeline
+    with _state_lock:
+        state = _state
+        if state is None:
+            return
+        ops.wait_all_pending()
+        timeline.stop_timeline()
+        try:
+            state.barrier("shutdown", timeout=60.0)
+            if state.rank == 0:
+                prefix = state.job + "/"
+                for layout in state.client.list():
+                    if layout.name.startswith(prefix):
+                        try:
+                            state.client.destroy(layout.name)
+                        except smb.Error:
+                            pass
+        except smb.Error as e:
+            log.warning("smb.torch: shutdown could not meet every rank (%s); leaving the job's buffers", e)
+        _state = None
+        from . import process_sets as ps
+        ps.reset()
+        ops.reset()
+
+
+def is_initialized():
+    return _state is not None
+
+
+def state():
+    if _state is None:
+        raise NotInitializedError("Horovod has not been initialized; use hvd.init().")
+    return _state
+
+
+def rank():
+    return state().rank
+
+
+def size():
+    return state().size
+
+
+def local_rank():
+    return state().local_rank
+
+
+def local_size():
+    return state().local_size
+
+
+def cross_rank():
+    return state().cross_rank
+
+
+def cross_size():
+    return state().cross_size
+
+
+def is_homogeneous():
+    return True
+
+
+# What this build has (Horovod's capability queries, answered truthfully:
+# collectives go through the smb fabric, not MPI, gloo or NCCL).
+def mpi_threads_supported():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def nccl_built():
+    return 0
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    import torch
+    return torch.cuda.is_available() and torch.version.cuda is not None
+
+
+def rocm_built():
+    return False

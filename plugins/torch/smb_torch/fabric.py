@@ -1,0 +1,336 @@
+"""Collectives through the fabric: the engine under smb.torch's Horovod API.
+
+Every collective is matched across ranks by its name (Horovod's rule):
+the k-th use of a name on one rank meets the k-th use on every other rank
+of the process set. For each (process set, name) the fabric holds:
+
+  ctl    a small buffer: an arrival counter, then one metadata slot per rank
+         (the op, dtype, shape, root, splits... as JSON), twice: generations
+         alternate between the two sets of slots, so a rank that has moved
+         on never overwrites what a slower one still reads. A rank writes its
+         slot, then adds 1 to the counter with a server-side op; the
+         servers advance the buffer's version with every op, so waiting
+         for all ranks is one notified wait_version (no polling). Then each
+         rank reads every slot and checks them: a mismatch (shape, dtype,
+         op, root) is found identically on every rank, so every rank raises
+         the same error and the next collective starts clean.
+  data   per op kind. A reduction uses a buffer of two result regions, an
+         identity region and one input region per rank, striped so that
+         each region spreads over every server: a rank writes its input
+         into its region (one-sided), asks the servers to add (min, max,
+         multiply) it into the result region, waits for the version that
+         says all W contributions are in, and reads the result. Gathers,
+         broadcasts and all-to-all read each rank's own "part" buffer.
+
+Reuse without a second barrier: a rank arriving at generation g has
+finished generation g-1, so every rank has finished generation g-2; the
+regions of g-2 (results alternate by generation, parts are double
+buffered) are free to reuse. The lowest rank resets the result region of
+its generation (a server-side copy from the identity region) before it
+arrives, and others touch it only after everyone arrived.
+
+Stalls: while waiting for arrivals, every HOROVOD_STALL_CHECK_TIME_SECONDS
+each waiting rank reads the slots and logs which ranks have not submitted
+the collective; a rank that died is named at once (each rank holds a
+fabric lock for its lifetime, released by the servers when its
+connection closes), and HOROVOD_STALL_SHUTDOWN_TIME_SECONDS turns a stall
+into an error.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import re
+import struct
+import threading
+import time
+
+import smb
+
+from . import timeline
+
+log = logging.getLogger("smb.torch")
+
+# Element types smb can reduce on the servers, by torch dtype name.
+REDUCIBLE = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "uint8": "u8",
+             "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64"}
+_SERVER_OP = {"sum": "accumulate", "min": "min", "max": "max", "product": "product"}
+_NAME_OK = re.compile(r"[^A-Za-z0-9._:/@+\-_]")
+
+
+class HorovodInternalError(RuntimeError):
+    """A collective failed (Horovod's name: scripts catch it)."""
+
+
+class CollectiveError(HorovodInternalError):
+    """Ranks disagree about a collective (shapes, dtypes, op, root); every
+    rank of the process set raises it for the same collective."""
+
+
+class RankGone(HorovodInternalError):
+    """A rank of the process set died while others waited for it."""
+
+
+def buffer_name(*parts):
+    """A fabric buffer name from free-form parts: invalid characters become
+    '_', and long or rewritten names get a hash so that they stay distinct."""
+    raw = "/".join(str(p) for p in parts)
+    clean = _NAME_OK.sub("_", raw)
+    if clean != raw or len(clean) > 180:
+        digest = hashlib.blake2s(raw.encode(), digest_size=6).hexdigest()
+        clean = clean[:160] + "~" + digest
+    return clean
+
+
+def _round_up(n, to):
+    return (n + to - 1) // to * to
+
+
+class Striping:
+    """How a reduction buffer is laid out: each region holds one tensor and
+    spreads over the servers so that any op over the tensor's bytes touches
+    every server of the buffer -- the buffer's version (the least over its
+    servers) then counts ops exactly -- and so that regions sit a whole
+    number of stripe rows apart, as apply_from requires. A small tensor
+    uses fewer servers (those picked from the name's hash, to spread load)."""
+
+    def __init__(self, nbytes, servers, key):
+        nbytes = max(8, nbytes)
+        count = max(1, min(len(servers), nbytes // 8))
+        self.stripe_unit = _round_up(-(-nbytes // count), 8)
+        count = -(-nbytes // self.stripe_unit)  # servers the tensor really reaches
+        first = int(hashlib.blake2s(key.encode(), digest_size=4).hexdigest(), 16) % len(servers)
+        self.servers = [servers[(first + i) % len(servers)] for i in range(count)]
+        self.region = self.stripe_unit * count
+
+    def offset(self, index):
+        return index * self.region
+
+
+class Stalls:
+    """What the environment says about stall checks (Horovod's variables)."""
+
+    def __init__(self):
+        env = os.environ
+        self.disabled = env.get("HOROVOD_STALL_CHECK_DISABLE", "0") not in ("", "0", "false", "False")
+        self.check = float(env.get("HOROVOD_STALL_CHECK_TIME_SECONDS", "60"))
+        shutdown = env.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "")
+        self.shutdown = float(shutdown) if shutdown not in ("", "0") else None
+        if self.shutdown is not None and self.shutdown < self.check:
+            logging.getLogger("smb.torch").warning(
+                "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is less than HOROVOD_STALL_CHECK_TIME_SECONDS, will not "
+                "shutdown.")
+            self.shutdown = None
+        # Death of a peer is checked far more often than stalls are reported.
+        self.liveness = min(2.0, self.check) if not self.disabled else 2.0
+
+
+class ProcessGroupState:
+    """The fabric side of one process set on this rank."""
+
+    def __init__(self, runtime, set_id, ranks):
+        self.runtime = runtime
+        self.set_id = set_id
+        self.ranks = list(ranks)
+        self.size = len(self.ranks)
+        self.index = self.ranks.index(runtime.rank)  # this rank's place in the set
+        self.root = self.ranks[0]
+        self.namespace = buffer_name(runtime.job, f"ps{set_id}")
+        self.slot_bytes = _round_up(320 + 24 * self.size, 64)
+        self._collectives = {}
+        self._lock = threading.Lock()
+
+    def collective_names(self):
+        with self._lock:
+            return list(self._collectives)
+
+    def collective(self, name):
+        with self._lock:
+            c = self._collectives.get(name)
+            if c is None:
+                c = self._collectives[name] = Collective(self, name)
+            return c
+
+
+class Collective:
+    """One named collective of one process set, used generation after generation."""
+
+    def __init__(self, group, name):
+        self.group = group
+        self.name = name
+        self.generation = 0        # uses of this name so far (the same on every rank)
+        self.expected_version = 0  # the ctl's version after them: one arrival, one server op
+        rt = group.runtime
+        base = buffer_name(group.namespace, name)
+        self.base = base
+        servers = rt.client.servers
+        home = int(hashlib.blake2s(base.encode(), digest_size=4).hexdigest(), 16) % len(servers)
+        size = 8 + 2 * group.size * group.slot_bytes
+        self.ctl = rt.open_or_create(base + "/ctl", size, stripe_unit=_round_up(size, 64),
+                                     servers=[servers[home]])
+        self.joined = set()   # set indices of ranks that joined (join()) at this generation
+        self._reductions = {}  # name -> Reduction
+        self._parts = {}       # parity -> (name, smb.Buffer, capacity): this rank's part buffers
+        self._peer_parts = {}  # name -> smb.Buffer: other ranks' parts
+
+    # ------------------------------------------------------------- arrival
+
+    def arrive(self, meta):
+        """Writes this rank's metadata for the next generation, waits until
+        every rank of the set has (or has joined, see joining.py), and
+        returns all ranks' metadata; self.joined then holds the set
+        indices of the ranks that joined instead."""
+        g = self.generation = self.generation + 1
+        meta = dict(meta, g=g)
+        blob = json.dumps(meta, separators=(",", ":")).encode()
+        if len(blob) + 8 > self.group.slot_bytes:
+            raise CollectiveError(f"{self.name}: metadata of {len(blob)} bytes does not fit its slot")
+        with timeline.phase("NEGOTIATE_" + str(meta.get("op", "")).upper()):
+            self.ctl.write(self._slot_offset(g, self.group.index), struct.pack("<Q", len(blob)) + blob)
+            self.ctl.apply("accumulate", "i64", 0, x=struct.pack("<q", 1))
+            arrived = self._wait_for_everyone(g)
+        self.expected_version += arrived
+        return self._read_slots(g)
+
+    def _wait_for_everyone(self, g):
+        """Returns how many ranks arrived (all but the joined ones)."""
+        rt = self.group.runtime
+        stalls = rt.stalls
+        target = self.expected_version + self.group.size
+        started = time.monotonic()
+        next_report = started + stalls.check
+        slice_s = 0.005  # short at first, so that a join is noticed quickly
+        while True:
+            try:
+                self.ctl.wait_version(target, timeout=slice_s)
+                self.joined = set()
+                return self.group.size
+            except smb.Timeout:
+                slice_s = min(2 * slice_s, stalls.liveness)
+            joined = rt.joined_indices(self.group)
+            if joined:
+                missing = self._missing(g, joined)
+                if not missing:
+                    self.joined = joined
+                    return self.group.size - len(joined)
+            elif time.monotonic() - started < stalls.liveness:
+                continue
+            else:
+                missing = self._missing(g)
+            now = time.monotonic()
+            dead = [r for r in missing if not rt.alive(r)]
+            if dead:
+                raise RankGone(f"collective '{self.name}': rank(s) {dead} died before submitting it")
+            if not stalls.disabled and now >= next_report and missing:
+                rt.report_stall(self.name, missing, now - started)
+                next_report = now + stalls.check
+            if stalls.shutdown is not None and now - started >= stalls.shutdown and missing:
+                raise RankGone(f"collective '{self.name}' stalled for {int(now - started)} s waiting for rank(s) "
+                               f"{missing} (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)")
+
+    def resync(self):
+        """After a join: every rank is quiescent (between two barriers), and
+        some sat out uses of this name. Take the name's generation and
+        arrival count from the fabric, and read reduction versions afresh."""
+        slots = [s for parity in (0, 1) for s in self._slots(parity)]
+        self.generation = max([s.get("g", 0) for s in slots if s] + [0])
+        self.expected_version = self.ctl.version()
+        for entry in self._reductions.values():
+            entry.expected = None
+
+    def _slot_offset(self, g, index):
+        return 8 + ((g % 2) * self.group.size + index) * self.group.slot_bytes
+
+    def _slots(self, g):
+        raw = self.ctl.read(self._slot_offset(g, 0), size=self.group.size * self.group.slot_bytes)
+        out = []
+        for i in range(self.group.size):
+            at = i * self.group.slot_bytes
+            (length,) = struct.unpack_from("<Q", raw, at)
+            if length == 0 or length > self.group.slot_bytes - 8:
+                out.append(None)
+            else:
+                out.append(json.loads(bytes(raw[at + 8:at + 8 + length])))
+        return out
+
+    def _missing(self, g, joined=()):
+        slots = self._slots(g)
+        return [self.group.ranks[i] for i, s in enumerate(slots)
+                if i not in joined and (s is None or s.get("g", 0) < g)]
+
+    def _read_slots(self, g):
+        slots = self._slots(g)
+        for i, s in enumerate(slots):
+            if i in self.joined:
+                continue
+            if s is None or s.get("g") != g:
+                raise CollectiveError(f"collective '{self.name}': rank {self.group.ranks[i]} is at another use of "
+                                      f"this name (generation {None if s is None else s.get('g')}, expected {g})")
+        return slots
+
+    # ------------------------------------------------------------- data
+
+    def reduction_buffer(self, dtype, nbytes):
+        """The reduction buffer for `dtype` and `nbytes` (two result regions,
+        alternating with the name's generation, then one input region per
+        rank). Called before
+        arriving: no rank touches it between two uses, so the version read
+        here (when opening, or after this rank sat out uses in join()) is
+        the one every participant starts from."""
+        rt = self.group.runtime
+        striping = Striping(nbytes, sorted(rt.client.servers), f"{self.base}/{dtype}")
+        name = f"{self.base}/red-{dtype}-{nbytes}"
+        entry = self._reductions.get(name)
+        if entry is None:
+            size = striping.region * (2 + self.group.size)
+            buf = rt.open_or_create(name, size, stripe_unit=striping.stripe_unit, servers=striping.servers)
+            entry = self._reductions[name] = Reduction(buf, striping)
+        if entry.expected is None:
+            entry.expected = entry.buffer.version()
+        return entry
+
+    def write_part(self, data):
+        """Writes `data` (a uint8 tensor) into this rank's part buffer for the
+        coming generation; returns the part's name for the metadata."""
+        parity = (self.generation + 1) % 2
+        nbytes = data.numel()
+        current = self._parts.get(parity)
+        if current is None or current[2] < nbytes:
+            # Grows by doubling; an outgrown part stays until shutdown (a
+            # reader of an older generation may still be on it).
+            capacity = _round_up(max(nbytes, 64), 4096) if current is None else max(nbytes, 2 * current[2])
+            rt = self.group.runtime
+            name = f"{self.base}/part-{rt.rank}-{parity}-{capacity}"
+            servers = len(rt.client.servers)
+            buf = rt.client.create(name, capacity, stripe_unit=_round_up(-(-capacity // servers), 64))
+            current = self._parts[parity] = (name, buf, capacity)
+        if nbytes:
+            current[1].write(0, data)
+        return current[0]
+
+    def peer_part(self, name):
+        """Another rank's part buffer, opened once."""
+        buf = self._peer_parts.get(name)
+        if buf is None:
+            buf = self._peer_parts[name] = self.group.runtime.client.open(name)
+        return buf
+
+
+class Reduction:
+    """A reduction buffer and what this rank knows of its version: every
+    server-side op over a region advances it by one on every server, and
+    each use adds one op per participating rank."""
+
+    def __init__(self, buffer, striping):
+        self.buffer = buffer
+        self.striping = striping
+        self.expected = None   # the version before the current use (None: read it)
+        self.participants = []
+
+    def begin(self, participants):
+        """A use that the metadata check let through."""
+        self.participants = participants
+
+    def finish(self):
+        self.expected += len(self.participants)

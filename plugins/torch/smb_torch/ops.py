@@ -1,0 +1,588 @@
+"""Horovod's collective API (horovod.torch.mpi_ops), over the fabric.
+
+Every *_async call starts the collective on a background thread and
+returns an int handle at once; poll(handle) says whether it finished and
+synchronize(handle) returns its result or raises its error. A collective's
+name (Horovod's "<op>.<name>", or "<op>.noname.<handle>" without one) is
+what matches it across ranks; a name stays reserved on this rank until its
+handle is synchronized, so a second submission while it is outstanding is
+a ValueError, deterministically. Errors that ranks find together (shape,
+dtype, op, root mismatches) arrive as HorovodInternalError on every rank;
+errors a rank finds alone in its call (bad arguments) are ValueError.
+"""
+
+import itertools
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from . import basics, collectives, timeline
+from .compression import Compression, from_name
+from .fabric import HorovodInternalError, REDUCIBLE
+from .process_sets import global_process_set, group_of
+
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_RED = {Average: "average", Sum: "sum", Min: "min", Max: "max", Product: "product"}
+
+_DUPLICATE = ("Requested to allreduce, allgather, or broadcast a tensor with the same name as another tensor that is "
+              "currently being processed.  If you want to request another tensor, use a different tensor name.")
+
+# Collectives wait in threads of their own: ranks may submit in different
+# orders, and each waits only for its own peers.
+_executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="smb.torch")
+_lock = threading.Lock()
+_handles = {}
+_reserved = set()
+_counter = itertools.count(1)
+
+
+class _Pending:
+    def __init__(self, future, key, finish):
+        self.future = future
+        self.key = key
+        self.finish = finish  # result -> what synchronize returns
+
+
+def _next_handle():
+    return next(_counter)
+
+
+def reset():
+    """shutdown(): forget handles, names and the counter (Horovod resets them)."""
+    global _counter
+    with _lock:
+        _handles.clear()
+        _reserved.clear()
+        _counter = itertools.count(1)
+
+
+def wait_all_pending():
+    for pending in list(_handles.values()):
+        try:
+            pending.future.result(timeout=60)
+        except Exception:  # noqa: BLE001 - shutdown waits, it does not report
+            pass
+
+
+def _full_name(prefix, name, handle):
+    return f"{prefix}.{name}" if name else f"{prefix}.noname.{handle}"
+
+
+def _submit(handle, process_set, op_label, prefix, name, work, finish=lambda r: r):
+    """Starts work(group, full_name) in the background; returns `handle`."""
+    basics.state()  # raises before init
+    group = group_of(process_set, op_label)
+    full = _full_name(prefix, name, handle)
+    key = (group.set_id, full)
+    with _lock:
+        if key in _reserved:
+            raise ValueError(_DUPLICATE)
+        _reserved.add(key)
+    record = timeline.begin(full, prefix.upper())
+
+    def run():
+        with timeline.running(record):
+            try:
+                return work(group, full)
+            finally:
+                timeline.end(record)
+
+    _handles[handle] = _Pending(_executor.submit(run), key, finish)
+    return handle
+
+
+def poll(handle):
+    """True once the collective finished (successfully or not)."""
+    pending = _handles.get(handle)
+    if pending is None:
+        raise ValueError(f"Handle {handle} was not created or has been cleared.")
+    return pending.future.done()
+
+
+def synchronize(handle):
+    """Waits for the collective and returns its output; raises its error."""
+    pending = _handles.pop(handle, None)
+    if pending is None:
+        return None
+    try:
+        result = pending.future.result()
+    except HorovodInternalError:
+        raise
+    except (ValueError, TypeError, NotImplementedError):
+        raise
+    except Exception as e:  # smb.Error and the like: the collective failed
+        raise HorovodInternalError(str(e)) from e
+    finally:
+        with _lock:
+            _reserved.discard(pending.key)
+    return pending.finish(result)
+
+
+def _reduce_op(op, average):
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if op is not None:
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning)
+        return Average if average else Sum
+    return Average
+
+
+def _check_reducible(tensor, op, process_set):
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by smb.torch: use op=hvd.Average (or Sum), or "
+                                  "DistributedOptimizer(mode='seasgd') for asynchronous averaging")
+    if op not in _RED:
+        raise ValueError(f"unknown reduction op {op}")
+    if collectives.dtype_name(tensor.dtype) not in REDUCIBLE:
+        raise ValueError(f"Tensor type {tensor.type()} is not supported.")
+
+
+def _back_to(tensor, out):
+    """`out` (a CPU result) on `tensor`'s device."""
+    return out if out.device == tensor.device else out.to(tensor.device)
+
+
+# ------------------------------------------------------------------ allreduce
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    handle = _next_handle()
+    op = _reduce_op(op, average)
+    _check_reducible(tensor, op, process_set)
+
+    def work(group, full):
+        out = collectives.allreduce(group, full, tensor, _RED[op], float(prescale_factor), float(postscale_factor))
+        return _back_to(tensor, out)
+
+    return _submit(handle, process_set, "Allreduce", "allreduce", name, work)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    handle = _next_handle()
+    op = _reduce_op(op, average)
+    _check_reducible(tensor, op, process_set)
+
+    def work(group, full):
+        out = collectives.allreduce(group, full, tensor, _RED[op], float(prescale_factor), float(postscale_factor))
+        tensor.data.copy_(out)
+        return tensor
+
+    return _submit(handle, process_set, "Allreduce", "allreduce", name, work)
+
+
+class _Allreduce(torch.autograd.Function):
+    """The gradient of an allreduce is the allreduce of the gradient (same op and factors)."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
+        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                                           process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        average, op, pre, post, process_set = ctx.args
+        return (allreduce(grad, average=average, op=op, prescale_factor=pre, postscale_factor=post,
+                          process_set=process_set), None, None, None, None, None, None)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """A new tensor: the reduction (default: average) of `tensor` over the set."""
+    compression = from_name(compression)
+    compressed, ctx = compression.compress(tensor)
+    summed = _Allreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(summed, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """In place; returns `tensor`."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def _grouped_work(tensors, op, pre, post, in_place):
+    """One fused allreduce per dtype of the list, split back by position."""
+
+    def work(group, full):
+        by_dtype = {}
+        for i, t in enumerate(tensors):
+            by_dtype.setdefault(t.dtype, []).append(i)
+        results = [None] * len(tensors)
+        for dtype, positions in sorted(by_dtype.items(), key=lambda kv: str(kv[0])):
+            flat = torch.cat([collectives.to_host(tensors[i]).reshape(-1) for i in positions])
+            reduced = collectives.allreduce(group, f"{full}.{collectives.dtype_name(dtype)}", flat, _RED[op],
+                                            float(pre), float(post))
+            at = 0
+            for i in positions:
+                n = tensors[i].numel()
+                part = reduced[at:at + n].view(tensors[i].shape)
+                at += n
+                if in_place:
+                    tensors[i].data.copy_(part)
+                    results[i] = tensors[i]
+                else:
+                    results[i] = _back_to(tensors[i], part.clone())
+        return results
+
+    return work
+
+
+def _grouped_check(tensors, op, process_set):
+    if not tensors:
+        raise ValueError("grouped_allreduce needs at least one tensor")
+    if len({t.device for t in tensors}) > 1:
+        raise HorovodInternalError("Tensors in list must be on same device.")
+    for t in tensors:
+        _check_reducible(t, op, process_set)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    handle = _next_handle()
+    op = _reduce_op(op, average)
+    _grouped_check(tensors, op, process_set)
+    return _submit(handle, process_set, "Allreduce", "grouped_allreduce", name,
+                   _grouped_work(list(tensors), op, prescale_factor, postscale_factor, False), tuple)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=global_process_set):
+    handle = _next_handle()
+    op = _reduce_op(op, average)
+    _grouped_check(tensors, op, process_set)
+    return _submit(handle, process_set, "Allreduce", "grouped_allreduce", name,
+                   _grouped_work(list(tensors), op, prescale_factor, postscale_factor, True), tuple)
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
+        return synchronize(grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
+                                                   postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        average, op, pre, post, process_set = ctx.args
+        reduced = grouped_allreduce([g.contiguous() for g in grads], average=average, op=op, prescale_factor=pre,
+                                    postscale_factor=post, process_set=process_set)
+        return (None, None, None, None, None, None, *reduced)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """A list: each tensor reduced (fused into one collective per dtype)."""
+    compression = from_name(compression)
+    compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
+    reduced = _GroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set, *compressed)
+    return [compression.decompress(t, c) for t, c in zip(reduced, ctxs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """A sparse COO tensor reduced by gathering its indices and values;
+    returns a callable that waits and returns the (uncoalesced) result."""
+    indices = allgather_async(tensor._indices().t().contiguous(), name=f"{name}.indices", process_set=process_set)
+    values = allgather_async(tensor._values(), name=f"{name}.values", process_set=process_set)
+
+    def handle():
+        v = synchronize(values)
+        i = synchronize(indices)
+        if v.dim() == 0 or i.dim() == 0:
+            return torch.sparse_coo_tensor(size=tensor.size(), dtype=tensor.dtype, device=tensor.device)
+        if op == Average:
+            v = v / process_set.size()
+        return tensor.new(i.t(), v, tensor.size())
+
+    return handle
+
+
+# ------------------------------------------------------------------ allgather
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    handle = _next_handle()
+    return _submit(handle, process_set, "Allgather", "allgather", name,
+                   lambda group, full: _back_to(tensor, collectives.allgather(group, full, tensor)))
+
+
+class _Allgather(torch.autograd.Function):
+    """Backward: the gradient averaged over the set, this rank's rows of it."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows = tensor.shape[0]
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = allreduce(grad.contiguous(), op=Average, process_set=ctx.process_set)
+        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int32), process_set=ctx.process_set))
+        offset = int(rows[:ctx.process_set.rank()].sum())
+        return grad.narrow(0, offset, ctx.rows), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenation over the set along dimension 0 (first dimensions may differ)."""
+    return _Allgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    handle = _next_handle()
+    tensors = list(tensors)
+
+    def work(group, full):
+        n = len(tensors)
+        return [_back_to(t, collectives.allgather(group, f"{full}_{i + 1}of{n}", t)) for i, t in enumerate(tensors)]
+
+    return _submit(handle, process_set, "Allgather", "grouped_allgather", name, work, tuple)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """A tuple: each tensor gathered."""
+
+    class _Grouped(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *ts):
+            ctx.rows = [t.shape[0] for t in ts]
+            return synchronize(grouped_allgather_async(list(ts), name, process_set))
+
+        @staticmethod
+        def backward(ctx, *grads):
+            out = []
+            for g, rows in zip(grads, ctx.rows):
+                g = allreduce(g.contiguous(), op=Average, process_set=process_set)
+                sizes = synchronize(allgather_async(torch.tensor([rows], dtype=torch.int32), process_set=process_set))
+                out.append(g.narrow(0, int(sizes[:process_set.rank()].sum()), rows))
+            return tuple(out)
+
+    return _Grouped.apply(*tensors)
+
+
+# ------------------------------------------------------------------ broadcast
+
+
+def _check_root(root_rank, process_set):
+    state = basics.state()
+    ranks = state.set_ranks.get(process_set.process_set_id, [])
+    if root_rank not in ranks:
+        raise ValueError(f"broadcast received invalid root rank {root_rank} for provided process set")
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    handle = _next_handle()
+    _check_root(root_rank, process_set)
+    return _submit(handle, process_set, "Broadcast", "broadcast", name,
+                   lambda group, full: _back_to(tensor, collectives.broadcast(group, full, tensor, root_rank)))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    handle = _next_handle()
+    _check_root(root_rank, process_set)
+
+    def work(group, full):
+        out = collectives.broadcast(group, full, tensor, root_rank)
+        if out.data_ptr() != tensor.data_ptr():
+            tensor.data.copy_(out)
+        return tensor
+
+    return _submit(handle, process_set, "Broadcast", "broadcast", name, work)
+
+
+class _Broadcast(torch.autograd.Function):
+    """Backward: the gradient averaged over the set, on the root only."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        reduced = allreduce(grad.contiguous(), op=Average, process_set=ctx.process_set)
+        if basics.rank() != ctx.root_rank:
+            reduced = reduced * 0
+        return reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """A new tensor holding the root's `tensor` (root_rank is a global rank)."""
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In place; returns `tensor`."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# ------------------------------------------------------------------ alltoall
+
+
+def _splits(tensor, splits, process_set):
+    size = len(basics.state().set_ranks[process_set.process_set_id])
+    if splits is None:
+        if tensor.dim() == 0 or tensor.shape[0] % size != 0:
+            raise ValueError("splits not provided, but first dimension of tensor is not an even multiple of the "
+                             "number of workers.")
+        return [tensor.shape[0] // size] * size
+    if isinstance(splits, (list, tuple)):
+        splits = torch.tensor(splits, dtype=torch.int32)
+    if splits.dim() != 1:
+        raise ValueError("alltoall expects a 1D splits tensor")
+    if splits.dtype != torch.int32:
+        raise ValueError("alltoall expects splits to contain 32-bit integer elements.")
+    values = [int(v) for v in splits.cpu()]
+    if len(values) != size:
+        raise ValueError("Number of entries in splits does not equal number of workers.")
+    if sum(values) > (tensor.shape[0] if tensor.dim() else 0):
+        raise ValueError("Sum of splits entries is greater than the first dimension of tensor.")
+    return values
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    handle = _next_handle()
+    group_of(process_set, "Alltoall")
+    values = _splits(tensor, splits, process_set)
+    splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
+
+    def work(group, full):
+        out, received = collectives.alltoall(group, full, tensor, values)
+        return _back_to(tensor, out), torch.tensor(received, dtype=torch.int32, device=splits_device)
+
+    return _submit(handle, process_set, "Alltoall", "alltoall", name, work)
+
+
+class _Alltoall(torch.autograd.Function):
+    """Backward: the gradient's blocks sent back where they came from."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received = received
+        ctx.process_set = process_set
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        back, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, process_set=ctx.process_set))
+        return back, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Rows splits[i] go to set rank i; returns the received rows, and with
+    `splits` also how many came from each rank."""
+    out, received = _Alltoall.apply(tensor, splits, name, process_set)
+    return out if splits is None else (out, received)
+
+
+# ------------------------------------------------------------------ reducescatter
+
+
+def _check_reducescatter(tensor, op, process_set):
+    if tensor.dim() == 0:
+        raise ValueError("Reducescatter does not support scalar inputs")
+    if op not in (Sum, Average):
+        raise HorovodInternalError("Reducescatter currently only supports AVERAGE and SUM.")
+    _check_reducible(tensor, op, process_set)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    handle = _next_handle()
+    _check_reducescatter(tensor, op, process_set)
+
+    def work(group, full):
+        return _back_to(tensor, collectives.reducescatter(group, full, tensor, _RED[op], float(prescale_factor),
+                                                          float(postscale_factor)))
+
+    return _submit(handle, process_set, "Reducescatter", "reducescatter", name, work)
+
+
+class _Reducescatter(torch.autograd.Function):
+    """Backward: the gradient (times the set size for Sum, and the factors) gathered."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.args = (op, process_set, prescale_factor, postscale_factor)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, process_set, pre, post = ctx.args
+        g = grad.contiguous()
+        if op == Sum:
+            g = g * process_set.size()
+        if pre != 1.0:
+            g = g * pre
+        if post != 1.0:
+            g = g * post
+        return allgather(g, process_set=process_set), None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """This rank's rows of the reduction (rank i of P: q+1 rows if i < n mod P, else q)."""
+    compression = from_name(compression)
+    compressed, ctx = compression.compress(tensor)
+    out = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    handle = _next_handle()
+    tensors = list(tensors)
+    for t in tensors:
+        _check_reducescatter(t, op, process_set)
+
+    def work(group, full):
+        n = len(tensors)
+        return [_back_to(t, collectives.reducescatter(group, f"{full}_{i + 1}of{n}", t, _RED[op],
+                                                      float(prescale_factor), float(postscale_factor)))
+                for i, t in enumerate(tensors)]
+
+    return _submit(handle, process_set, "Reducescatter", "grouped_reducescatter", name, work, list)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """A list: each tensor's rows of its reduction."""
+    compression = from_name(compression)
+    return [reducescatter(t, name=f"{name}.{i}" if name else None, compression=compression, op=op,
+                          process_set=process_set, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor) for i, t in enumerate(tensors)]
+
+
+# ------------------------------------------------------------------ barrier, join
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the set has called it."""
+    _next_handle()
+    group = group_of(process_set, "Barrier")
+    collectives.barrier(group)
+
+
+def join(device=-1):
+    """This rank has no more data: until every rank has joined, the others'
+    allreduces complete with this rank contributing zeros. Returns the
+    global rank of the last rank to join (the same on every rank)."""
+    _next_handle()
+    from . import joining
+    return joining.join(basics.state())

@@ -1,0 +1,368 @@
+"""DistributedOptimizer: Horovod's, and the fabric's hybrid modes.
+
+Without `mode` it is Horovod's: every gradient is averaged over all ranks
+(op=Average) each step, started from a hook as soon as backward has
+produced it (so communication overlaps the rest of backward), and waited
+for in synchronize() / step(). Names, warnings and errors follow Horovod.
+
+With mode="seasgd" | "downpour" | "sync" it is ETRI's hybrid scheme
+(smb.UpdateEngine): the workers of a node average gradients every step,
+and every `tau` steps the node's root exchanges its weights with global
+weights held in the memory servers -- elastic averaging (seasgd, moving
+rate `alpha`), asynchronous pushes (downpour) or a synchronous average
+(sync) -- and the node adopts the result. Inter-node traffic falls by the
+number of workers per node; nodes never wait for each other in seasgd
+and downpour.
+"""
+
+import contextlib
+import itertools
+import warnings
+
+import numpy as np
+import torch
+
+import smb
+
+from . import basics
+from .compression import Compression, from_name
+from .ops import Adasum, Average, allreduce_async_, grouped_allreduce_async_, synchronize
+from .process_sets import global_process_set
+
+_MODES = ("seasgd", "downpour", "sync")
+_engines = itertools.count()
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """Mixed into the user's optimizer class (see DistributedOptimizer)."""
+
+    _smb_distributed = True
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor, groups, sparse_as_dense, process_set):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        self._op = op
+        self._predivide = gradient_predivide_factor
+        self._sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        self.backward_passes_per_step = backward_passes_per_step
+        self._parameter_names = _parameter_names(self.param_groups, named_parameters)
+        self._groups = _validate_groups(groups)
+        self._handles = {}
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        self._allreduce_delay = {}
+        self._group_of = {}
+        if process_set.included() and basics.size() > 1:
+            self._register_hooks()
+
+    # -------------------------------------------------------------- hooks
+
+    def _register_hooks(self):
+        ordered = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        for p in ordered:
+            self._requires_update.add(p)
+            self._allreduce_delay[p] = self.backward_passes_per_step
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(acc)  # the node must stay alive for its hook
+        if self._groups is not None:
+            from .functions import broadcast_object
+            names = broadcast_object([self._parameter_names[p] for p in ordered], root_rank=0,
+                                     process_set=self.process_set)
+            by_name = {self._parameter_names[p]: p for p in ordered}
+            ordered = [by_name[n] for n in names if n in by_name]
+            self._group_of = _form_groups(self._groups, ordered)
+
+    def _make_hook(self, p):
+        def hook(*_):
+            handle, _ctx = self._handles.get(p, (None, None))
+            if handle is not None and self._allreduce_delay[p] <= 0:
+                raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
+                                     "to step(). Increase backward_passes_per_step to accumulate gradients "
+                                     "locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            self._allreduce_delay[p] -= 1
+            started = (None, None)
+            if self._allreduce_delay[p] == 0:
+                started = self._start_group(p) if p in self._group_of else self._allreduce_grad_async(p)
+            self._handles[p] = started
+        return hook
+
+    def _gradient(self, p):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse and self._sparse_as_dense:
+            p.grad = p.grad.to_dense()
+        return p.grad
+
+    def _allreduce_grad_async(self, p):
+        name = self._parameter_names.get(p)
+        grad = self._gradient(p)
+        if grad.is_sparse:
+            from .ops import sparse_allreduce_async
+            return sparse_allreduce_async(grad, name, self._op, self.process_set), None
+        compressed, ctx = self._compression.compress(grad)
+        pre, post = (1.0 / self._predivide, self._predivide) if self._op == Average else (1.0, 1.0)
+        handle = allreduce_async_(compressed, name=name, op=self._op, prescale_factor=pre, postscale_factor=post,
+                                  process_set=self.process_set)
+        return handle, (ctx, compressed)
+
+    def _start_group(self, p):
+        """The group's fused allreduce, when its last member's gradient is ready."""
+        group = self._group_of[p]
+        if any(self._allreduce_delay[q] > 0 for q in group if q is not p):
+            return (None, None)
+        compressed = [self._compression.compress(self._gradient(q)) for q in group]
+        handle = grouped_allreduce_async_([c for c, _ in compressed], name=self._parameter_names[group[0]],
+                                          op=self._op, process_set=self.process_set)
+        for q, (c, ctx) in zip(group, compressed):
+            if q is not p:
+                self._handles[q] = ("group", None)
+        return handle, [(q, ctx, c) for q, (c, ctx) in zip(group, compressed)]
+
+    # -------------------------------------------------------------- steps
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those whose hook did
+        not fire: every rank reduces every parameter, so ranks that skip a
+        layer never hang the others)."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
+        for p in self._requires_update:
+            if p not in self._handles or self._handles[p][0] is None:
+                self._allreduce_delay[p] = 1
+                if p in self._group_of:
+                    self._handles[p] = self._start_group_forced(p)
+                else:
+                    self._handles[p] = self._allreduce_grad_async(p)
+        for p, (handle, info) in list(self._handles.items()):
+            if handle is None or handle == "group":
+                continue
+            output = handle() if callable(handle) else synchronize(handle)
+            if isinstance(info, list):  # a group: (param, ctx, compressed) each
+                for q, ctx, c in info:
+                    q.grad.set_(self._compression.decompress(c, ctx))
+                    self._allreduce_delay[q] = self.backward_passes_per_step
+                continue
+            self._allreduce_delay[p] = self.backward_passes_per_step
+            if callable(handle):  # sparse
+                p.grad.zero_().add_(output if output.is_sparse else output.to_sparse())
+            else:
+                ctx, compressed = info
+                p.grad.set_(self._compression.decompress(compressed, ctx))
+        for p in self._requires_update:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._handles.clear()
+        self._synchronized = True
+
+    def _start_group_forced(self, p):
+        group = self._group_of[p]
+        if any(self._handles.get(q, (None, None))[0] not in (None,) for q in group if q is not p):
+            return ("group", None)
+        for q in group:
+            self._allreduce_delay[q] = 1 if q is p else 0
+        return self._start_group(p)
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For `synchronize(); clip; with opt.skip_synchronize(): opt.step()`."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+                              "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in "
+                              "your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause a "
+                                 "race condition.")
+        return super(self.__class__, self).zero_grad()
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+
+class _HybridOptimizer(torch.optim.Optimizer):
+    """Mixed into the user's class for mode=seasgd|downpour|sync: the
+    parameters travel as one flat float32 vector through smb.UpdateEngine."""
+
+    _smb_distributed = True
+
+    def __init__(self, params, mode, tau, alpha, process_set):
+        super(self.__class__, self).__init__(params)
+        self._params = [p for group in self.param_groups for p in group["params"]]
+        st = basics.state()
+        self._numel = sum(p.numel() for p in self._params)
+        self._flat = np.zeros(self._numel, dtype=np.float32)
+        self._flat_t = torch.from_numpy(self._flat)
+        self._initialized = False
+        self._engine = smb.UpdateEngine(
+            st.client, f"{st.job}/engine-{next(_engines)}", self._numel, mode=mode,
+            groups=st.cross_size, group=st.cross_rank, group_size=st.local_size, group_rank=st.local_rank,
+            alpha=alpha, tau=tau)
+
+    def _gather(self, tensors):
+        at = 0
+        for p, t in zip(self._params, tensors):
+            n = p.numel()
+            self._flat_t[at:at + n].copy_(torch.zeros(n) if t is None else t.detach().reshape(-1))
+            at += n
+
+    def _scatter(self, into):
+        at = 0
+        with torch.no_grad():
+            for p, t in zip(self._params, into):
+                n = p.numel()
+                t.copy_(self._flat_t[at:at + n].view_as(t))
+                at += n
+
+    def synchronize(self):
+        """Averages the gradients within the node (the engine's group)."""
+        if not self._initialized:
+            self._gather(self._params)
+            self._engine.initialize(self._flat)  # the first worker's weights become everyone's
+            self._scatter(self._params)
+            self._initialized = True
+        for p in self._params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self._gather([p.grad for p in self._params])
+        self._engine.allreduce(self._flat)
+        self._scatter([p.grad for p in self._params])
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        self._skip = True
+        try:
+            yield
+        finally:
+            self._skip = False
+
+    def step(self, closure=None):
+        if not getattr(self, "_skip", False):
+            self.synchronize()
+        loss = super(self.__class__, self).step(closure)
+        self._gather(self._params)
+        self._engine.after_step(self._flat)  # every tau steps: the exchange with the global weights
+        self._scatter(self._params)
+        return loss
+
+    def global_weights(self):
+        """The global weights now (a flat float32 tensor)."""
+        out = np.zeros(self._numel, dtype=np.float32)
+        self._engine.global_weights(out)
+        return torch.from_numpy(out)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                         sparse_as_dense=False, process_set=global_process_set, mode=None, tau=1, alpha=0.2):
+    """Wraps `optimizer` so that step() uses gradients averaged over the job
+    (Horovod's semantics), or, with `mode`, the hybrid exchange through the
+    fabric (see the module's documentation). Returns an instance of a
+    subclass of the optimizer's own class."""
+    compression = from_name(compression)
+    if mode is not None:
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {', '.join(_MODES)} (or None for Horovod's gradient averaging)")
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_HybridOptimizer.__dict__))
+        return cls(optimizer.param_groups, mode, tau, alpha, process_set)
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by smb.torch: use op=hvd.Average, or "
+                                  "DistributedOptimizer(..., mode='seasgd') for asynchronous averaging")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)
+
+
+def _parameter_names(param_groups, named_parameters):
+    if named_parameters is None:
+        return {p: f"allreduce.noname.{i}.{j}" for i, group in enumerate(param_groups)
+                for j, p in enumerate(group["params"])}
+    named_parameters = list(named_parameters)
+    if any(not isinstance(p, tuple) for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
+                         "model.named_parameters().")
+    names = [n for n, _ in named_parameters]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s" %
+                         ", ".join(dups))
+    named = {p: n for n, p in named_parameters}
+    unnamed = [id(p) for group in param_groups for p in group["params"] if p not in named]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters were not named. Python "
+                         "object ids: %s" % ", ".join(str(i) for i in unnamed))
+    return {p: f"allreduce.{n}" for p, n in named.items()}
+
+
+def _validate_groups(groups):
+    if groups is None:
+        return None
+    if not (isinstance(groups, list) or groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
+    if isinstance(groups, list):
+        seen = set()
+        for group in groups:
+            for t in group:
+                if not isinstance(t, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor.")
+                if id(t) in seen:
+                    raise ValueError("A parameter can only appear once in groups.")
+                seen.add(id(t))
+    return groups
+
+
+def _form_groups(groups, ordered):
+    """param -> its group (a list), for groups=N (contiguous near-equal chunks)
+    or an explicit list (every other parameter alone)."""
+    if isinstance(groups, int):
+        size, extra = divmod(len(ordered), groups)
+        chunks, at = [], 0
+        for i in range(groups):
+            n = size + (1 if i < extra else 0)
+            if n:
+                chunks.append(ordered[at:at + n])
+            at += n
+    else:
+        wanted = {id(t) for g in groups for t in g}
+        chunks = [[p for p in ordered if any(p is t for t in g)] for g in groups]
+        chunks = [c for c in chunks if c] + [[p] for p in ordered if id(p) not in wanted]
+    return {p: chunk for chunk in chunks for p in chunk}
