@@ -299,6 +299,26 @@ TEST_F(HostileClientTest, ForgedLayoutsAreRefused) {
   expect_serving();
 }
 
+// A vector op whose source offset splits an element is refused before the
+// kernel loads it (it read misaligned doubles before: found by fuzz_requests).
+TEST_F(HostileClientTest, MisalignedSourceOffsetsAreRefused) {
+  start();
+  auto c = client();
+  auto b = c.create("aligned", 4096);
+  b.write(0, pattern_bytes(0, 4096));
+  auto raw = greeted();
+  for (std::uint64_t source_offset : {1u, 4u, 26017u}) {
+    raw->send(msgpack_frame(kVectorOp, 1, {{"name", "aligned"}, {"op", 2}, {"dtype", 2}, {"offset", 0},
+                                           {"count", 4}, {"alpha", 1.0}, {"source", "aligned"},
+                                           {"source_offset", source_offset}}));
+    expect_error(*raw, kInvalidArgument, "source offset " + std::to_string(source_offset));
+  }
+  ByteVec got(4096);
+  b.read(0, got);
+  EXPECT_TRUE(holds_pattern(got, 0)) << "a refused op must leave the target intact";
+  expect_serving();
+}
+
 // What one client may hold is bounded, and the error names the flag.
 TEST_F(HostileClientTest, QuotasNameTheirFlag) {
   start({"--max-layouts-per-client", "3", "--max-segments-per-client", "4", "--max-locks-per-client", "2"});

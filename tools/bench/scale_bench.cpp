@@ -5,7 +5,8 @@
 //   --connections N   open N control connections that say hello and idle,
 //                     until stdin closes (the script samples smbd meanwhile)
 //   --locks N         take N disjoint range locks on one name from one
-//                     connection, then release them; times both
+//                     connection, wait for a line on stdin, then release
+//                     them; times both
 // Prints one JSON object per phase on stdout.
 #include "protocol/messages.hpp"
 #include "util/parse.hpp"
@@ -107,11 +108,12 @@ void locks(const std::string& server, int count) {
                                                    {"length", 64}, {"lease_ms", 3'600'000}, {"timeout_ms", 1000}})
                          .at("token")
                          .get<std::uint64_t>());
-  const double take = since(start);
+  std::cout << nlohmann::json{{"phase", "locks-held"}, {"locks", count}, {"lock_s", since(start)}} << std::endl;
+  std::string line;
+  std::getline(std::cin, line);  // the script samples the daemon (CPU of the locks alone), then says go on
   start = Clock::now();
   for (auto token : tokens) control.call(MessageType::unlock, {{"name", "bench-locks"}, {"token", token}});
-  std::cout << nlohmann::json{{"phase", "locks"}, {"locks", count}, {"lock_s", take}, {"unlock_s", since(start)}}
-            << std::endl;
+  std::cout << nlohmann::json{{"phase", "locks-released"}, {"unlock_s", since(start)}} << std::endl;
 }
 
 }  // namespace
