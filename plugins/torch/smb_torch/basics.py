@@ -31,8 +31,11 @@ _state = None
 _state_lock = threading.RLock()
 
 
-class NotInitializedError(ValueError):
-    """A call that needs init() came before it (Horovod raises ValueError)."""
+class NotInitializedError(ValueError, fabric.HorovodInternalError):
+    """A call that needs init() came before it. Horovod raises ValueError
+    from rank(), size() and the like, but HorovodInternalError from a
+    collective (its enqueue fails): this is both, so that either `except`
+    of a Horovod script catches it."""
 
 
 def _env_int(*names):
@@ -101,6 +104,7 @@ class State:
         self.set_ranks = {}      # id -> ranks, every registered set
         self.next_set_id = 1
         self.join_epoch = 0      # join() epochs completed
+        self.dead = set()        # ranks found dead (their liveness lock came free)
         self._join_buffers = {}
         # The longest a collective's data phase waits once every rank arrived.
         self.op_timeout = float(os.environ.get("SMB_TORCH_OP_TIMEOUT", "600"))
@@ -113,12 +117,22 @@ class State:
 
     def alive(self, rank):
         """False once `rank` has died (its liveness lock came free)."""
+        if rank in self.dead:
+            return False
         try:
             probe = self.client.lock(self.alive_name(rank), lease=1.0, timeout=0.01)
         except smb.Timeout:
             return True
         probe.unlock()
+        self.dead.add(rank)  # a rank does not come back within a job
         return False
+
+    def raise_if_dead(self, what, ranks, probe=False):
+        """Raises RankGone for collective `what` if one of `ranks` died: at
+        once for a rank known dead, and after probing its lock with probe=True."""
+        dead = [r for r in ranks if r in self.dead or (probe and r != self.rank and not self.alive(r))]
+        if dead:
+            raise fabric.RankGone(f"collective '{what}': rank(s) {dead} died")
 
     def join_buffer(self, group):
         buf = self._join_buffers.get(group.set_id)
@@ -189,6 +203,8 @@ def shutdown():
         ops.wait_all_pending()
         timeline.stop_timeline()
         try:
+            if state.dead:  # nobody to meet: leave the job's buffers to the servers' operator
+                raise smb.ServerGone(f"rank(s) {sorted(state.dead)} died", "server_gone")
             state.barrier("shutdown", timeout=60.0)
             if state.rank == 0:
                 prefix = state.job + "/"
@@ -200,6 +216,13 @@ def shutdown():
                             pass
         except smb.Error as e:
             log.warning("smb.torch: shutdown could not meet every rank (%s); leaving the job's buffers", e)
+        # Release this rank's liveness lock: the connection stays open, so the
+        # servers would keep it, and init() again (same job, same rank) would
+        # wait for it in vain.
+        try:
+            state._alive.unlock()
+        except smb.Error:
+            pass
         _state = None
         from . import process_sets as ps
         ps.reset()

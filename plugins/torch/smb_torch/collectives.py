@@ -6,6 +6,10 @@ CUDA tensor is staged through host memory. Reductions run on the memory
 servers: the first participating rank copies its input into the result
 region, the others wait for that and add (min, max, multiply) theirs, all
 wait for the version that says every contribution is in, and read.
+
+Each function takes the collective's full Horovod name ("allreduce.<name>",
+made by ops.py): it names the collective in the fabric, and in stall
+warnings and errors, as Horovod names it.
 """
 
 import torch
@@ -104,6 +108,11 @@ def _scaled(t, factor):
     return (t.double() * factor).trunc().to(t.dtype)
 
 
+# What a reduction over the live ranks becomes when joined ranks add zeros.
+# (minimum/maximum: clamp has no float16 kernel on the CPU.)
+_JOINED_ZERO = {"min": lambda t: torch.minimum(t, torch.zeros_like(t)),
+                "max": lambda t: torch.maximum(t, torch.zeros_like(t)), "product": torch.zeros_like}
+
 _SERVER_OP = {"sum": "accumulate", "average": "accumulate", "min": "min", "max": "max", "product": "product"}
 
 
@@ -126,17 +135,16 @@ def _reduce_into(c, dt, entry, host, red, out_rows=None):
     result = striping.offset(c.generation % 2)  # the region of two generations ago is free again
     mine = striping.offset(2 + group.index)
     count = host.numel()
-    timeout = group.runtime.op_timeout
     with phase("WRITE"):
         buf.write(mine, as_bytes(host))
     with phase("SERVER_OP"):
         if me == 0:
             buf.apply_from("copy", buf, dt, result, count, mine)
         else:
-            buf.wait_version(entry.expected + 1, timeout=timeout)
+            c.wait_data(buf, entry.expected + 1, entry.participants[:1])
             buf.apply_from(_SERVER_OP[red], buf, dt, result, count, mine)
     with phase("WAIT"):
-        buf.wait_version(entry.expected + len(entry.participants), timeout=timeout)
+        c.wait_data(buf, entry.expected + len(entry.participants), entry.participants)
     entry.finish()
     first, rows = out_rows if out_rows is not None else (0, host.shape[0] if host.dim() else 1)
     out = torch.empty_like(host) if out_rows is None else torch.empty((rows,) + tuple(host.shape[1:]),
@@ -150,7 +158,7 @@ def _reduce_into(c, dt, entry, host, red, out_rows=None):
 
 def allreduce(group, name, tensor, red, prescale, postscale):
     """Sum (or average, min, max, product) over the set; a new CPU tensor."""
-    c = group.collective("allreduce." + name)
+    c = group.collective(name)
     host = _scaled(to_host(tensor), prescale)
     dt, entry = _reduction(c, host)
     slots = c.arrive(_meta("allreduce", tensor, red=red, pre=prescale, post=postscale))
@@ -158,6 +166,10 @@ def allreduce(group, name, tensor, red, prescale, postscale):
     if host.numel() == 0:
         return host.clone()
     out = _reduce_into(c, dt, entry, host, red)
+    if c.joined and red in _JOINED_ZERO:
+        # Joined ranks count as zeros (Horovod): nothing to add for a sum,
+        # but min, max and product must see them too.
+        out = _JOINED_ZERO[red](out)
     factor = postscale / group.size if red == "average" else postscale
     return _scaled(out, factor)
 
@@ -165,7 +177,7 @@ def allreduce(group, name, tensor, red, prescale, postscale):
 def reducescatter(group, name, tensor, red, prescale, postscale):
     """The reduction, each rank reading its rows only: rank i of P gets
     q+1 rows if i < n mod P, else q (q = n div P), in rank order."""
-    c = group.collective("reducescatter." + name)
+    c = group.collective(name)
     host = _scaled(to_host(tensor), prescale)
     dt, entry = _reduction(c, host)
     slots = c.arrive(_meta("reducescatter", tensor, red=red, pre=prescale, post=postscale))
@@ -201,14 +213,14 @@ def _read_parts(c, slots, rows_of, row_bytes, out, offset_rows_of=None):
 
 def allgather(group, name, tensor):
     """Concatenation along dimension 0 in set rank order (first dimensions may differ)."""
-    c = group.collective("allgather." + name)
+    c = group.collective(name)
     host = to_host(tensor)
     part_name = c.write_part(as_bytes(host))
     slots = c.arrive(_meta("allgather", tensor, part=part_name))
-    check("allgather", slots)
-    if c.joined:
+    if c.joined:  # (before check(): a joined rank's slot is empty)
         raise CollectiveError("Allgather is not supported with Join at this time. Specify sparse_to_dense=True if "
                               "using DistributedOptimizer")
+    check("allgather", slots)
     shape = slots[0]["shape"]
     row_elems = 1
     for d in shape[1:]:
@@ -221,16 +233,18 @@ def allgather(group, name, tensor):
 
 def broadcast(group, name, tensor, root_rank):
     """The root's tensor on every rank (a new CPU tensor)."""
-    c = group.collective("broadcast." + name)
+    c = group.collective(name)
     host = to_host(tensor)
     me_root = group.runtime.rank == root_rank
     part_name = c.write_part(as_bytes(host)) if me_root else None
     slots = c.arrive(_meta("broadcast", tensor, root=root_rank, part=part_name))
-    check("broadcast", slots)
-    if c.joined:
+    if c.joined:  # (before check(): a joined rank's slot is empty)
         raise CollectiveError("Broadcast is not supported with Join at this time.")
+    check("broadcast", slots)
     if me_root:
-        return host.clone() if host is tensor else host
+        # to_host() of a contiguous CPU tensor is a view of it (never `is` it):
+        # the root's result must be a tensor of its own, as on the others.
+        return host.clone() if host.data_ptr() == tensor.data_ptr() else host
     root_slot = slots[group.ranks.index(root_rank)]
     out = torch.empty_like(host)
     if out.numel():
@@ -241,13 +255,13 @@ def broadcast(group, name, tensor, root_rank):
 def alltoall(group, name, tensor, splits):
     """Rows splits[i] of this rank go to set rank i; returns what this rank
     received (in source order) and how many rows from each."""
-    c = group.collective("alltoall." + name)
+    c = group.collective(name)
     host = to_host(tensor)
     part_name = c.write_part(as_bytes(host))
     slots = c.arrive(_meta("alltoall", tensor, splits=list(splits), part=part_name))
-    check("alltoall", slots)
-    if c.joined:
+    if c.joined:  # (before check(): a joined rank's slot is empty)
         raise CollectiveError("Alltoall is not supported with Join at this time.")
+    check("alltoall", slots)
     me = group.index
     received = [s["splits"][me] for s in slots]
     shape = list(slots[me]["shape"])

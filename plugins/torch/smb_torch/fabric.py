@@ -74,12 +74,15 @@ class RankGone(HorovodInternalError):
 
 def buffer_name(*parts):
     """A fabric buffer name from free-form parts: invalid characters become
-    '_', and long or rewritten names get a hash so that they stay distinct."""
+    '_', and long or rewritten names get a hash so that they stay distinct.
+    At most 153 characters: the servers take 200, and callers append
+    suffixes such as "/part-<rank>-<parity>-<capacity>"."""
     raw = "/".join(str(p) for p in parts)
     clean = _NAME_OK.sub("_", raw)
-    if clean != raw or len(clean) > 180:
+    if clean != raw or len(clean) > 160:
         digest = hashlib.blake2s(raw.encode(), digest_size=6).hexdigest()
-        clean = clean[:160] + "~" + digest
+        # '@', not '~': the servers accept only [A-Za-z0-9._:/@+-_] in names.
+        clean = clean[:140] + "@" + digest
     return clean
 
 
@@ -198,6 +201,7 @@ class Collective:
         rt = self.group.runtime
         stalls = rt.stalls
         target = self.expected_version + self.group.size
+        rt.raise_if_dead(self.name, self.group.ranks)
         started = time.monotonic()
         next_report = started + stalls.check
         slice_s = 0.005  # short at first, so that a join is noticed quickly
@@ -219,15 +223,47 @@ class Collective:
             else:
                 missing = self._missing(g)
             now = time.monotonic()
-            dead = [r for r in missing if not rt.alive(r)]
-            if dead:
-                raise RankGone(f"collective '{self.name}': rank(s) {dead} died before submitting it")
+            rt.raise_if_dead(self.name, missing, probe=True)
             if not stalls.disabled and now >= next_report and missing:
                 rt.report_stall(self.name, missing, now - started)
                 next_report = now + stalls.check
             if stalls.shutdown is not None and now - started >= stalls.shutdown and missing:
+                self._give_up(g)
                 raise RankGone(f"collective '{self.name}' stalled for {int(now - started)} s waiting for rank(s) "
                                f"{missing} (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)")
+
+    def _give_up(self, g):
+        """Marks this rank's slot of generation g as abandoned, so that a rank
+        arriving late does not wait in the data phase for this one."""
+        blob = json.dumps({"g": g, "aborted": True}, separators=(",", ":")).encode()
+        self.ctl.write(self._slot_offset(g, self.group.index), struct.pack("<Q", len(blob)) + blob)
+
+    def wait_data(self, buf, target, participants):
+        """A wait of the data phase (after everyone arrived): notified, and
+        between slices it checks that no participant died or gave up on this
+        generation, so that neither turns into a hang."""
+        rt = self.group.runtime
+        deadline = time.monotonic() + rt.op_timeout
+        next_probe = time.monotonic() + rt.stalls.liveness
+        slice_s = 0.02
+        ranks = [self.group.ranks[i] for i in participants]
+        while True:
+            try:
+                buf.wait_version(target, timeout=slice_s)
+                return
+            except smb.Timeout:
+                slice_s = min(2 * slice_s, 1.0)
+            now = time.monotonic()
+            given_up = [self.group.ranks[i] for i, s in enumerate(self._slots(self.generation))
+                        if s and s.get("g") == self.generation and s.get("aborted")]
+            if given_up:
+                raise CollectiveError(f"collective '{self.name}': rank(s) {given_up} gave up on it (stall shutdown)")
+            if now >= next_probe:
+                rt.raise_if_dead(self.name, ranks, probe=True)
+                next_probe = now + rt.stalls.liveness
+            if now >= deadline:
+                raise HorovodInternalError(f"collective '{self.name}': no progress in {rt.op_timeout:.0f} s "
+                                           "(SMB_TORCH_OP_TIMEOUT)")
 
     def resync(self):
         """After a join: every rank is quiescent (between two barriers), and

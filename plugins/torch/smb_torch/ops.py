@@ -12,6 +12,7 @@ errors a rank finds alone in its call (bad arguments) are ValueError.
 """
 
 import itertools
+import os
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -30,8 +31,14 @@ _DUPLICATE = ("Requested to allreduce, allgather, or broadcast a tensor with the
               "currently being processed.  If you want to request another tensor, use a different tensor name.")
 
 # Collectives wait in threads of their own: ranks may submit in different
-# orders, and each waits only for its own peers.
-_executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="smb.torch")
+# orders, and each waits only for its own peers. That holds while every
+# outstanding collective has a thread: with 64 threads, 65+ async ops
+# submitted in different orders on two ranks deadlocked (each rank's threads
+# all waiting for ops the other had queued behind them). Threads start only
+# when needed, so the bound is SMB_TORCH_MAX_INFLIGHT (default 4096)
+# collectives in flight per rank, in any order.
+_executor = ThreadPoolExecutor(max_workers=int(os.environ.get("SMB_TORCH_MAX_INFLIGHT", "4096")),
+                               thread_name_prefix="smb.torch")
 _lock = threading.Lock()
 _handles = {}
 _reserved = set()
@@ -150,31 +157,31 @@ def _back_to(tensor, out):
 # ------------------------------------------------------------------ allreduce
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=global_process_set):
+def _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_factor, process_set, in_place):
     handle = _next_handle()
     op = _reduce_op(op, average)
     _check_reducible(tensor, op, process_set)
 
     def work(group, full):
         out = collectives.allreduce(group, full, tensor, _RED[op], float(prescale_factor), float(postscale_factor))
-        return _back_to(tensor, out)
-
-    return _submit(handle, process_set, "Allreduce", "allreduce", name, work)
-
-
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=global_process_set):
-    handle = _next_handle()
-    op = _reduce_op(op, average)
-    _check_reducible(tensor, op, process_set)
-
-    def work(group, full):
-        out = collectives.allreduce(group, full, tensor, _RED[op], float(prescale_factor), float(postscale_factor))
+        if not in_place:
+            return _back_to(tensor, out)
         tensor.data.copy_(out)
         return tensor
 
     return _submit(handle, process_set, "Allreduce", "allreduce", name, work)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """Starts an allreduce into a new tensor; returns a handle."""
+    return _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_factor, process_set, False)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """Starts an in-place allreduce; returns a handle."""
+    return _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_factor, process_set, True)
 
 
 class _Allreduce(torch.autograd.Function):
@@ -474,6 +481,7 @@ class _Alltoall(torch.autograd.Function):
     def forward(ctx, tensor, splits, name, process_set):
         out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
         ctx.received = received
+        ctx.rows = tensor.shape[0] if tensor.dim() else 0
         ctx.process_set = process_set
         ctx.mark_non_differentiable(received)
         return out, received
@@ -481,6 +489,10 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, _):
         back, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, process_set=ctx.process_set))
+        if back.shape[0] < ctx.rows:
+            # Rows past sum(splits) were not sent: their gradient is zero (and
+            # autograd needs the input's shape).
+            back = torch.cat([back, back.new_zeros((ctx.rows - back.shape[0],) + tuple(back.shape[1:]))])
         return back, None, None, None
 
 

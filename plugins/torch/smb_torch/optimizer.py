@@ -314,8 +314,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
 def _parameter_names(param_groups, named_parameters):
     if named_parameters is None:
-        return {p: f"allreduce.noname.{i}.{j}" for i, group in enumerate(param_groups)
-                for j, p in enumerate(group["params"])}
+        return {p: f"noname.{i}.{j}" for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
     named_parameters = list(named_parameters)
     if any(not isinstance(p, tuple) for p in named_parameters):
         raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
@@ -330,7 +329,7 @@ def _parameter_names(param_groups, named_parameters):
     if unnamed:
         raise ValueError("named_parameters was specified, but one or more model parameters were not named. Python "
                          "object ids: %s" % ", ".join(str(i) for i in unnamed))
-    return {p: f"allreduce.{n}" for p, n in named.items()}
+    return dict(named)  # the collective's name is "allreduce.<name>", as Horovod's
 
 
 def _validate_groups(groups):

@@ -1,0 +1,161 @@
+#!/usr/bin/python3
+"""smb.torch against PyTorch's own gloo, same processes and data, for
+docs/benchmarks.md (a benchmark: never a test). Prints markdown tables and
+writes PNG plots.
+
+    tools/bench/torch_bench.py [--build build/release] [--out docs/img] [--workers 4] [exchange] [accuracy] [synthetic]
+
+  exchange   per-step exchange time of 1, 10 and 100 MB of float32:
+             smb.torch's allreduce against torch.distributed.all_reduce
+             (gloo), both in the same worker processes, ratio gloo/smb
+  accuracy   time to accuracy on scikit-learn's digits (train_digits.py):
+             smb.torch's modes against DDP over gloo, same workers, with
+             a plot of test accuracy against wall time
+  synthetic  images/s of resnet18 on random data (synthetic_benchmark.py),
+             smb.torch against DDP over gloo, 2 and 4 workers
+
+Everything runs on this machine's loopback (shared memory for the fabric,
+TCP loopback for gloo): ratios here say nothing about a network.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYTHON = "/usr/bin/python3"
+
+EXCHANGE_WORKER = textwrap.dedent("""
+    import json, sys, time, torch, torch.distributed as dist, smb.torch as hvd
+    dist.init_process_group("gloo")
+    hvd.init()
+    torch.set_num_threads(1)
+    out = []
+    for mb in (1, 10, 100):
+        n = mb * (1 << 20) // 4
+        t = torch.ones(n)
+        iters = 20 if mb < 100 else 5
+        times = {"gloo": [], "smb": []}
+        for i in range(iters + 1):
+            for name, run in (("gloo", lambda: dist.all_reduce(t)), ("smb", lambda: hvd.allreduce(t, op=hvd.Sum, name=f"x{mb}"))):
+                dist.barrier()
+                started = time.perf_counter()
+                run()
+                if i:  # the first round creates buffers and connections
+                    times[name].append(time.perf_counter() - started)
+        out.append({"mb": mb, "gloo_ms": 1000 * sorted(times["gloo"])[len(times["gloo"]) // 2],
+                    "smb_ms": 1000 * sorted(times["smb"])[len(times["smb"]) // 2]})
+    if hvd.rank() == 0:
+        print(json.dumps(out), flush=True)
+    hvd.shutdown()
+    dist.destroy_process_group()
+""")
+
+
+def smbrun(build, np, command, env=None, servers=2, timeout=1800):
+    args = [os.path.join(build, "tools", "smbrun", "smbrun"), "-np", str(np), "--local-servers", str(servers),
+            "--capacity", "1G", "--"] + command
+    full = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), OMP_NUM_THREADS="1", **(env or {}))
+    done = subprocess.run(args, env=full, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        sys.exit(f"torch_bench: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith(("{", "["))]
+
+
+def exchange(args):
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(EXCHANGE_WORKER)
+    try:
+        runs = [smbrun(args.build, args.workers, [PYTHON, f.name])[0] for _ in range(args.runs)]
+    finally:
+        os.unlink(f.name)
+    print(f"\n### Exchange time, {args.workers} workers, {args.runs} runs (median of the run medians)\n")
+    print("| size | gloo all_reduce (ms) | smb.torch allreduce (ms) | gloo / smb |")
+    print("|---:|---:|---:|---:|")
+    for i, mb in enumerate((1, 10, 100)):
+        gloo = statistics.median(r[i]["gloo_ms"] for r in runs)
+        smb = statistics.median(r[i]["smb_ms"] for r in runs)
+        print(f"| {mb} MB | {gloo:.1f} | {smb:.1f} | {gloo / smb:.2f} |")
+
+
+def time_to(curve, target):
+    for point in curve:
+        if point["accuracy"] >= target:
+            return point["seconds"]
+    return None
+
+
+def accuracy(args):
+    example = os.path.join(ROOT, "plugins", "torch", "examples", "train_digits.py")
+    runs = {
+        "smb.torch, Horovod averaging": ["--mode", "horovod", "--epochs", "12"],
+        "smb.torch, hybrid seasgd (2 groups)": ["--mode", "seasgd", "--epochs", "30"],
+        "smb.torch, hybrid sync (2 groups)": ["--mode", "sync", "--epochs", "30"],
+        "DDP over gloo": ["--baseline", "ddp-gloo", "--epochs", "12"],
+    }
+    curves = {}
+    for label, flags in runs.items():
+        curves[label] = smbrun(args.build, args.workers, [PYTHON, example, "--json"] + flags,
+                               env={"SMB_TORCH_GROUP_SIZE": str(max(1, args.workers // 2))})
+    target = args.target
+    ddp = time_to(curves["DDP over gloo"], target)
+    print(f"\n### Time to {target:.0%} test accuracy on digits, {args.workers} workers\n")
+    print("| run | seconds to target | final accuracy | DDP-gloo time / this time |")
+    print("|---|---:|---:|---:|")
+    for label, curve in curves.items():
+        t = time_to(curve, target)
+        ratio = f"{ddp / t:.2f}" if t and ddp else "-"
+        print(f"| {label} | {t:.1f} | {curve[-1]['accuracy']:.3f} | {ratio} |" if t else
+              f"| {label} | not reached | {curve[-1]['accuracy']:.3f} | - |")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, curve in curves.items():
+        ax.plot([p["seconds"] for p in curve], [p["accuracy"] for p in curve], marker="o", markersize=3,
+                label=label)
+    ax.axhline(target, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("wall time (s)")
+    ax.set_ylabel("test accuracy")
+    ax.set_ylim(0.5, 1.0)
+    ax.set_title(f"digits CNN, {args.workers} workers on one 2-core machine")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(args.out, "torch-time-to-accuracy.png")
+    fig.savefig(path, dpi=110)
+    print(f"\n![test accuracy against wall time]({os.path.relpath(path, os.path.join(ROOT, 'docs'))})")
+
+
+def synthetic(args):
+    example = os.path.join(ROOT, "plugins", "torch", "examples", "synthetic_benchmark.py")
+    print("\n### resnet18, random data, batch 8 per worker, 112x112 images (images/s per worker)\n")
+    print("| workers | DDP over gloo | smb.torch | smb / gloo |")
+    print("|---:|---:|---:|---:|")
+    for workers in (2, 4):
+        flags = [PYTHON, example, "--json", "--model", "resnet18", "--batch-size", "8"]
+        gloo = smbrun(args.build, workers, flags + ["--baseline", "ddp-gloo"])[0]["images_per_second_per_worker"]
+        smb = smbrun(args.build, workers, flags)[0]["images_per_second_per_worker"]
+        print(f"| {workers} | {gloo:.1f} | {smb:.1f} | {smb / gloo:.2f} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", nargs="*", default=["exchange", "accuracy", "synthetic"])
+    parser.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "img"))
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--target", type=float, default=0.97)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for what in args.what:
+        {"exchange": exchange, "accuracy": accuracy, "synthetic": synthetic}[what](args)
+
+
+if __name__ == "__main__":
+    main()
