@@ -29,6 +29,15 @@ install_deps() {
   "$ROOT/deploy/install-deps.sh"
 }
 
+# Compiler cache: CI runs on the same machine each time, so unchanged files
+# (most of them) are not compiled again. CMake reads these when it
+# configures a new build directory.
+if command -v ccache >/dev/null 2>&1; then
+  export CMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER:-ccache}
+  export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}  # hits across clones in other directories
+fi
+
 # Configures and builds one preset; a failure ends the run.
 build_preset() {
   local preset=$1

@@ -11,8 +11,8 @@
 set -euo pipefail
 
 PACKAGES=(
-  # toolchain
-  cmake ninja-build g++ pkg-config
+  # toolchain (ccache: run-tests.sh caches compiles across runs)
+  cmake ninja-build g++ pkg-config ccache
   # data path: UCX (library, ucx_info, ucx_perftest) and the verbs stack it can use
   libucx-dev ucx-utils libibverbs-dev librdmacm-dev rdma-core ibverbs-utils perftest
   # control plane and tools
