@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite:
 #
-#   1. deploy/install-deps.sh (skips apt when everything is installed),
+#   1. deploy/install-deps.sh (skips apt when everything is installed), and
+#      Caffe for the Caffe plugin (plugins/caffe/build-caffe.sh: built once
+#      from ../shared/vendor into ~/.cache/smb, then reused),
 #   2. the 'ci' preset: release build, warnings as errors; ctest --preset ci,
 #   3. the 'asan' preset: ASan + UBSan debug build; ctest --preset asan,
 #   4. the 'fuzz' preset: the libFuzzer targets (clang), each run for a
@@ -27,6 +29,15 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0";
 install_deps() {
   section "Dependencies (deploy/install-deps.sh)"
   "$ROOT/deploy/install-deps.sh"
+  section "Caffe for the Caffe plugin (plugins/caffe/build-caffe.sh, cached)"
+  local rc=0
+  "$ROOT/plugins/caffe/build-caffe.sh" || rc=$?
+  case $rc in
+    0) ;;
+    77) echo "run-tests: no Caffe source tarball: the Caffe plugin and its tests are left out" ;;
+    *) echo "run-tests: building Caffe FAILED: the Caffe plugin and its tests are left out" >&2
+       FAILED_STAGES+=(caffe) ;;
+  esac
 }
 
 # Compiler cache: CI runs on the same machine each time, so unchanged files

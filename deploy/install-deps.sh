@@ -22,9 +22,9 @@ PACKAGES=(
   # scripts (free-port lookup, process tools)
   python3 procps iproute2 jq
   # launching workers across hosts (smbrun -H, mpirun)
-  openmpi-bin
+  openmpi-bin libopenmpi-dev
   # plugins: the smb Python package (pybind11, DLPack) and smb.torch (Debian's torch, CPU, with gloo)
-  pybind11-dev libdlpack-dev python3-dev python3-numpy python3-torch python3-sklearn python3-matplotlib
+  pybind11-dev libdlpack-dev python3-dev python3-numpy python3-torch python3-sklearn python3-matplotlib python3-h5py python3-torchvision
 )
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }

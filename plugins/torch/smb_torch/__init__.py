@@ -16,14 +16,18 @@ Additions Horovod does not have: DistributedOptimizer(mode="seasgd" |
 push_pull(), Compression.bf16, and fabric_allreduce_hook for DDP.
 """
 
+from smb.collective.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
+                                  gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size,
+                                  mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built,
+                                  shutdown, size)
+from smb.collective.fabric import HorovodInternalError
+from smb.collective.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from smb.collective.timeline import start_timeline, stop_timeline
+
 from . import compression, functions, optimizer, sync_batch_norm
 from . import ops as mpi_ops
-from .basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
-                     is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
-                     mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
 from .compression import Compression
 from .ddp import fabric_allreduce_hook
-from .fabric import HorovodInternalError
 from .functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce, allreduce_,
                   allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
@@ -32,9 +36,7 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
                   grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
                   sparse_allreduce_async, synchronize)
 from .optimizer import DistributedOptimizer
-from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .sync_batch_norm import SyncBatchNorm
-from .timeline import start_timeline, stop_timeline
 
 
 def push_pull(tensor, average=True, name=None, process_set=global_process_set):

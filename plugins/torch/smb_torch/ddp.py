@@ -8,6 +8,8 @@ parameter broadcast at construction); smb.torch.init() must run too.
 
 import torch
 
+from smb.collective import handles
+
 from . import ops
 
 
@@ -18,7 +20,7 @@ def fabric_allreduce_hook(state, bucket):
     index = bucket.index() if hasattr(bucket, "index") else 0
     future = torch.futures.Future()
     handle = ops.allreduce_async_(tensor, name=f"ddp.bucket.{index}", op=ops.Average)
-    pending = ops._handles[handle].future
+    pending = handles._handles[handle].future
 
     def done(_):
         try:

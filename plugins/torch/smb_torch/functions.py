@@ -6,9 +6,10 @@ import io
 
 import torch
 
-from . import basics
+from smb.collective import basics
+from smb.collective.process_sets import global_process_set
+
 from .ops import allgather, broadcast_, broadcast_async_, synchronize
-from .process_sets import global_process_set
 
 try:  # pickles lambdas and local classes too, where Debian has it
     import cloudpickle as _pickle

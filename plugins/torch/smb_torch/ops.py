@@ -1,131 +1,26 @@
 """Horovod's collective API (horovod.torch.mpi_ops), over the fabric.
 
-Every *_async call starts the collective on a background thread and
-returns an int handle at once; poll(handle) says whether it finished and
-synchronize(handle) returns its result or raises its error. A collective's
-name (Horovod's "<op>.<name>", or "<op>.noname.<handle>" without one) is
-what matches it across ranks; a name stays reserved on this rank until its
-handle is synchronized, so a second submission while it is outstanding is
-a ValueError, deterministically. Errors that ranks find together (shape,
-dtype, op, root mismatches) arrive as HorovodInternalError on every rank;
-errors a rank finds alone in its call (bad arguments) are ValueError.
+Every *_async call starts the collective in the background and returns an
+int handle (smb.collective.handles: poll, synchronize, names reserved until
+synchronized). Errors that ranks find together (shape, dtype, op, root
+mismatches) arrive as HorovodInternalError on every rank; errors a rank
+finds alone in its call (bad arguments) are ValueError.
 """
 
-import itertools
-import os
-import threading
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from . import basics, collectives, timeline
+from smb.collective import basics, handles, joining, timeline
+from smb.collective.fabric import REDUCIBLE, HorovodInternalError
+from smb.collective.handles import next_handle, poll, submit, synchronize
+from smb.collective.process_sets import global_process_set, group_of
+
+from . import collectives
 from .compression import Compression, from_name
-from .fabric import HorovodInternalError, REDUCIBLE
-from .process_sets import global_process_set, group_of
 
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 _RED = {Average: "average", Sum: "sum", Min: "min", Max: "max", Product: "product"}
-
-_DUPLICATE = ("Requested to allreduce, allgather, or broadcast a tensor with the same name as another tensor that is "
-              "currently being processed.  If you want to request another tensor, use a different tensor name.")
-
-# Collectives wait in threads of their own: ranks may submit in different
-# orders, and each waits only for its own peers. That holds while every
-# outstanding collective has a thread: with 64 threads, 65+ async ops
-# submitted in different orders on two ranks deadlocked (each rank's threads
-# all waiting for ops the other had queued behind them). Threads start only
-# when needed, so the bound is SMB_TORCH_MAX_INFLIGHT (default 4096)
-# collectives in flight per rank, in any order.
-_executor = ThreadPoolExecutor(max_workers=int(os.environ.get("SMB_TORCH_MAX_INFLIGHT", "4096")),
-                               thread_name_prefix="smb.torch")
-_lock = threading.Lock()
-_handles = {}
-_reserved = set()
-_counter = itertools.count(1)
-
-
-class _Pending:
-    def __init__(self, future, key, finish):
-        self.future = future
-        self.key = key
-        self.finish = finish  # result -> what synchronize returns
-
-
-def _next_handle():
-    return next(_counter)
-
-
-def reset():
-    """shutdown(): forget handles, names and the counter (Horovod resets them)."""
-    global _counter
-    with _lock:
-        _handles.clear()
-        _reserved.clear()
-        _counter = itertools.count(1)
-
-
-def wait_all_pending():
-    for pending in list(_handles.values()):
-        try:
-            pending.future.result(timeout=60)
-        except Exception:  # noqa: BLE001 - shutdown waits, it does not report
-            pass
-
-
-def _full_name(prefix, name, handle):
-    return f"{prefix}.{name}" if name else f"{prefix}.noname.{handle}"
-
-
-def _submit(handle, process_set, op_label, prefix, name, work, finish=lambda r: r):
-    """Starts work(group, full_name) in the background; returns `handle`."""
-    basics.state()  # raises before init
-    group = group_of(process_set, op_label)
-    full = _full_name(prefix, name, handle)
-    key = (group.set_id, full)
-    with _lock:
-        if key in _reserved:
-            raise ValueError(_DUPLICATE)
-        _reserved.add(key)
-    record = timeline.begin(full, prefix.upper())
-
-    def run():
-        with timeline.running(record):
-            try:
-                return work(group, full)
-            finally:
-                timeline.end(record)
-
-    _handles[handle] = _Pending(_executor.submit(run), key, finish)
-    return handle
-
-
-def poll(handle):
-    """True once the collective finished (successfully or not)."""
-    pending = _handles.get(handle)
-    if pending is None:
-        raise ValueError(f"Handle {handle} was not created or has been cleared.")
-    return pending.future.done()
-
-
-def synchronize(handle):
-    """Waits for the collective and returns its output; raises its error."""
-    pending = _handles.pop(handle, None)
-    if pending is None:
-        return None
-    try:
-        result = pending.future.result()
-    except HorovodInternalError:
-        raise
-    except (ValueError, TypeError, NotImplementedError):
-        raise
-    except Exception as e:  # smb.Error and the like: the collective failed
-        raise HorovodInternalError(str(e)) from e
-    finally:
-        with _lock:
-            _reserved.discard(pending.key)
-    return pending.finish(result)
-
 
 def _reduce_op(op, average):
     if op is not None and average is not None:
@@ -158,7 +53,7 @@ def _back_to(tensor, out):
 
 
 def _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_factor, process_set, in_place):
-    handle = _next_handle()
+    handle = next_handle()
     op = _reduce_op(op, average)
     _check_reducible(tensor, op, process_set)
 
@@ -169,7 +64,7 @@ def _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_fact
         tensor.data.copy_(out)
         return tensor
 
-    return _submit(handle, process_set, "Allreduce", "allreduce", name, work)
+    return submit(handle, process_set, "Allreduce", "allreduce", name, work)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -253,19 +148,19 @@ def _grouped_check(tensors, op, process_set):
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set):
-    handle = _next_handle()
+    handle = next_handle()
     op = _reduce_op(op, average)
     _grouped_check(tensors, op, process_set)
-    return _submit(handle, process_set, "Allreduce", "grouped_allreduce", name,
+    return submit(handle, process_set, "Allreduce", "grouped_allreduce", name,
                    _grouped_work(list(tensors), op, prescale_factor, postscale_factor, False), tuple)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=global_process_set):
-    handle = _next_handle()
+    handle = next_handle()
     op = _reduce_op(op, average)
     _grouped_check(tensors, op, process_set)
-    return _submit(handle, process_set, "Allreduce", "grouped_allreduce", name,
+    return submit(handle, process_set, "Allreduce", "grouped_allreduce", name,
                    _grouped_work(list(tensors), op, prescale_factor, postscale_factor, True), tuple)
 
 
@@ -321,8 +216,8 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
-    handle = _next_handle()
-    return _submit(handle, process_set, "Allgather", "allgather", name,
+    handle = next_handle()
+    return submit(handle, process_set, "Allgather", "allgather", name,
                    lambda group, full: _back_to(tensor, collectives.allgather(group, full, tensor)))
 
 
@@ -349,14 +244,14 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    handle = _next_handle()
+    handle = next_handle()
     tensors = list(tensors)
 
     def work(group, full):
         n = len(tensors)
         return [_back_to(t, collectives.allgather(group, f"{full}_{i + 1}of{n}", t)) for i, t in enumerate(tensors)]
 
-    return _submit(handle, process_set, "Allgather", "grouped_allgather", name, work, tuple)
+    return submit(handle, process_set, "Allgather", "grouped_allgather", name, work, tuple)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -391,14 +286,14 @@ def _check_root(root_rank, process_set):
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    handle = _next_handle()
+    handle = next_handle()
     _check_root(root_rank, process_set)
-    return _submit(handle, process_set, "Broadcast", "broadcast", name,
+    return submit(handle, process_set, "Broadcast", "broadcast", name,
                    lambda group, full: _back_to(tensor, collectives.broadcast(group, full, tensor, root_rank)))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    handle = _next_handle()
+    handle = next_handle()
     _check_root(root_rank, process_set)
 
     def work(group, full):
@@ -407,7 +302,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
             tensor.data.copy_(out)
         return tensor
 
-    return _submit(handle, process_set, "Broadcast", "broadcast", name, work)
+    return submit(handle, process_set, "Broadcast", "broadcast", name, work)
 
 
 class _Broadcast(torch.autograd.Function):
@@ -462,7 +357,7 @@ def _splits(tensor, splits, process_set):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    handle = _next_handle()
+    handle = next_handle()
     group_of(process_set, "Alltoall")
     values = _splits(tensor, splits, process_set)
     splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
@@ -471,7 +366,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         out, received = collectives.alltoall(group, full, tensor, values)
         return _back_to(tensor, out), torch.tensor(received, dtype=torch.int32, device=splits_device)
 
-    return _submit(handle, process_set, "Alltoall", "alltoall", name, work)
+    return submit(handle, process_set, "Alltoall", "alltoall", name, work)
 
 
 class _Alltoall(torch.autograd.Function):
@@ -516,14 +411,14 @@ def _check_reducescatter(tensor, op, process_set):
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
-    handle = _next_handle()
+    handle = next_handle()
     _check_reducescatter(tensor, op, process_set)
 
     def work(group, full):
         return _back_to(tensor, collectives.reducescatter(group, full, tensor, _RED[op], float(prescale_factor),
                                                           float(postscale_factor)))
 
-    return _submit(handle, process_set, "Reducescatter", "reducescatter", name, work)
+    return submit(handle, process_set, "Reducescatter", "reducescatter", name, work)
 
 
 class _Reducescatter(torch.autograd.Function):
@@ -558,7 +453,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    handle = _next_handle()
+    handle = next_handle()
     tensors = list(tensors)
     for t in tensors:
         _check_reducescatter(t, op, process_set)
@@ -569,7 +464,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                                       float(prescale_factor), float(postscale_factor)))
                 for i, t in enumerate(tensors)]
 
-    return _submit(handle, process_set, "Reducescatter", "grouped_reducescatter", name, work, list)
+    return submit(handle, process_set, "Reducescatter", "grouped_reducescatter", name, work, list)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
@@ -586,7 +481,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called it."""
-    _next_handle()
+    next_handle()
     group = group_of(process_set, "Barrier")
     collectives.barrier(group)
 
@@ -595,6 +490,5 @@ def join(device=-1):
     """This rank has no more data: until every rank has joined, the others'
     allreduces complete with this rank contributing zeros. Returns the
     global rank of the last rank to join (the same on every rank)."""
-    _next_handle()
-    from . import joining
+    next_handle()
     return joining.join(basics.state())

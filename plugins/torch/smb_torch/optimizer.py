@@ -24,10 +24,11 @@ import torch
 
 import smb
 
-from . import basics
+from smb.collective import basics
+from smb.collective.process_sets import global_process_set
+
 from .compression import Compression, from_name
 from .ops import Adasum, Average, allreduce_async_, grouped_allreduce_async_, synchronize
-from .process_sets import global_process_set
 
 _MODES = ("seasgd", "downpour", "sync")
 _engines = itertools.count()

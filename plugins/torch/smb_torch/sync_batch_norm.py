@@ -4,7 +4,8 @@ batch (Horovod's hvd.SyncBatchNorm), on CPU and GPU tensors alike."""
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from . import basics
+from smb.collective import basics
+
 from .ops import Sum, allgather, allreduce
 
 

@@ -195,12 +195,12 @@ def shutdown():
     """Meets every other rank, destroys the job's buffers (rank 0) and
     disconnects. init() may be called again afterwards."""
     global _state
-    from . import ops, timeline
+    from . import handles, timeline
     with _state_lock:
         state = _state
         if state is None:
             return
-        ops.wait_all_pending()
+        handles.wait_all_pending()
         timeline.stop_timeline()
         try:
             if state.dead:  # nobody to meet: leave the job's buffers to the servers' operator
@@ -226,7 +226,7 @@ def shutdown():
         _state = None
         from . import process_sets as ps
         ps.reset()
-        ops.reset()
+        handles.reset()
 
 
 def is_initialized():
@@ -302,7 +302,11 @@ def ccl_built():
 
 
 def cuda_built():
-    import torch
+    """Whether the framework here can use CUDA (torch's view, where it is there)."""
+    try:
+        import torch
+    except ImportError:
+        return False
     return torch.cuda.is_available() and torch.version.cuda is not None
 
 

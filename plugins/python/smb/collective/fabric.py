@@ -212,7 +212,7 @@ class Collective:
                 return self.group.size
             except smb.Timeout:
                 slice_s = min(2 * slice_s, stalls.liveness)
-            joined = rt.joined_indices(self.group)
+            joined = self._joined_instead(g)
             if joined:
                 missing = self._missing(g, joined)
                 if not missing:
@@ -231,6 +231,16 @@ class Collective:
                 self._give_up(g)
                 raise RankGone(f"collective '{self.name}' stalled for {int(now - started)} s waiting for rank(s) "
                                f"{missing} (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)")
+
+    def _joined_instead(self, g):
+        """Set indices of the ranks that joined without arriving at g. A rank
+        that arrived at g, saw it complete and joined afterwards (while this
+        rank's wait timed out) takes part in g all the same."""
+        joined = self.group.runtime.joined_indices(self.group)
+        if not joined:
+            return joined
+        slots = self._slots(g)
+        return {i for i in joined if not (slots[i] and slots[i].get("g", 0) >= g)}
 
     def _give_up(self, g):
         """Marks this rank's slot of generation g as abandoned, so that a rank
@@ -327,10 +337,10 @@ class Collective:
         return entry
 
     def write_part(self, data):
-        """Writes `data` (a uint8 tensor) into this rank's part buffer for the
+        """Writes `data` (flat uint8 NumPy) into this rank's part buffer for the
         coming generation; returns the part's name for the metadata."""
         parity = (self.generation + 1) % 2
-        nbytes = data.numel()
+        nbytes = data.nbytes  # a flat uint8 NumPy view (data.Tensor)
         current = self._parts.get(parity)
         if current is None or current[2] < nbytes:
             # Grows by doubling; an outgrown part stays until shutdown (a

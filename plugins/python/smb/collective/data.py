@@ -1,0 +1,241 @@
+"""The data side of the collectives, framework neutral: a tensor is its
+bytes as a flat NumPy uint8 array (a view of the framework's memory, no
+copy), its element type by name ("float32", "bfloat16", ...) and its shape.
+Framework layers (smb.torch, smb.tensorflow, smb.collective.numpy_ops)
+convert to and from their tensors and do the scaling in their own types.
+
+Reductions run on the memory servers: the first participating rank copies
+its input into the result region, the others wait for that and add (min,
+max, multiply) theirs, all wait for the version that says every
+contribution is in, and read. Gathers, broadcasts and all-to-all read each
+rank's part buffer. fabric.py has the arrival protocol these start with.
+
+Each function takes the collective's full name ("allreduce.<name>", as
+Horovod names it): it names the collective in the fabric, and in stall
+warnings and errors.
+"""
+
+import math
+
+import numpy as np
+
+from . import fabric
+from .fabric import CollectiveError
+from .timeline import phase
+
+# Horovod's names for the ops in error messages.
+_KIND = {"allreduce": "ALLREDUCE", "allgather": "ALLGATHER", "broadcast": "BROADCAST", "alltoall": "ALLTOALL",
+         "reducescatter": "REDUCESCATTER", "barrier": "BARRIER"}
+_SERVER_OP = {"sum": "accumulate", "average": "accumulate", "min": "min", "max": "max", "product": "product"}
+
+
+class Tensor:
+    """A contiguous host tensor as the collectives see it."""
+
+    def __init__(self, data, dtype, shape, itemsize, device="CPU"):
+        self.data = data          # flat uint8 view of the bytes
+        self.dtype = dtype        # element type name, e.g. "float32"
+        self.shape = tuple(shape)
+        self.itemsize = itemsize
+        self.device = device      # "CPU" or "GPU": ranks must agree
+
+    @property
+    def numel(self):
+        return math.prod(self.shape)
+
+    @property
+    def row_bytes(self):
+        return math.prod(self.shape[1:]) * self.itemsize if self.shape else self.itemsize
+
+
+def meta(kind, t, **extra):
+    return dict(op=kind, dtype=t.dtype, shape=list(t.shape), device=t.device, **extra)
+
+
+def check(kind, slots, joined=()):
+    """Raises the same CollectiveError on every rank when the ranks' metadata
+    disagree (Horovod's messages)."""
+    live = [s for i, s in enumerate(slots) if i not in joined]
+    if not live:
+        return
+    first = live[0]
+    for s in live[1:]:
+        if s["op"] != first["op"]:
+            raise CollectiveError(f"Mismatched operations: One rank did an {_KIND.get(first['op'], first['op'])}, "
+                                  f"but another rank did an {_KIND.get(s['op'], s['op'])}.")
+        if s["dtype"] != first["dtype"]:
+            raise CollectiveError(f"Mismatched data types: One rank had type {first['dtype']}, but another rank had "
+                                  f"type {s['dtype']}.")
+        if s.get("device") != first.get("device"):
+            raise CollectiveError(f"Mismatched {_KIND[kind]} CPU/GPU device selection: One rank specified device "
+                                  f"{first.get('device')}, but another rank specified device {s.get('device')}.")
+    for s in live[1:]:
+        if kind in ("allreduce", "broadcast", "reducescatter") and s["shape"] != first["shape"]:
+            raise CollectiveError(f"Mismatched {_KIND[kind]} tensor shapes: One rank sent a tensor of shape "
+                                  f"{first['shape']}, but another rank sent a tensor of shape {s['shape']}.")
+        if kind in ("allgather", "alltoall"):
+            if len(s["shape"]) != len(first["shape"]):
+                raise CollectiveError(f"Mismatched {_KIND[kind]} tensor shapes: One rank sent a tensor of rank "
+                                      f"{len(first['shape'])}, but another rank sent a tensor of rank "
+                                      f"{len(s['shape'])}.")
+            for d in range(1, len(s["shape"])):
+                if s["shape"][d] != first["shape"][d]:
+                    raise CollectiveError(f"Mismatched {_KIND[kind]} tensor shapes: One rank sent a tensor with "
+                                          f"dimension {d} equal to {first['shape'][d]}, but another rank sent a "
+                                          f"tensor with dimension {d} equal to {s['shape'][d]}.")
+        if s.get("red") != first.get("red"):
+            raise CollectiveError(f"Mismatched reduction operation: One rank requested {first.get('red')}, but "
+                                  f"another rank requested {s.get('red')}.")
+        if (s.get("pre"), s.get("post")) != (first.get("pre"), first.get("post")):
+            raise CollectiveError("Mismatched prescale and/or postscale factors: One rank sent factors "
+                                  f"{first.get('pre')}, {first.get('post')}, but another rank sent factors "
+                                  f"{s.get('pre')}, {s.get('post')}.")
+        if s.get("root") != first.get("root"):
+            raise CollectiveError(f"Mismatched {_KIND[kind]} root ranks: One rank specified root rank "
+                                  f"{first.get('root')}, but another rank specified root rank {s.get('root')}.")
+    if kind == "allgather" and len(first["shape"]) == 0:
+        raise CollectiveError("Process-set rank zero tried to ALLGATHER a rank-zero tensor.")
+
+
+def _reduction(c, t):
+    """Before arriving: the reduction buffer this tensor will use."""
+    dt = fabric.REDUCIBLE.get(t.dtype)
+    if dt is None:
+        raise ValueError(f"Tensor type {t.dtype} is not supported.")
+    return dt, c.reduction_buffer(dt, max(1, t.numel * t.itemsize))
+
+
+def _reduce_into(c, dt, entry, t, red, first=0, rows=None):
+    """After arriving: the server-side reduction of `t` over the set's live
+    ranks; returns the bytes of rows [first, first + rows) of the result
+    (all of it by default)."""
+    group = c.group
+    entry.begin([i for i in range(group.size) if i not in c.joined])
+    buf, striping = entry.buffer, entry.striping
+    me = entry.participants.index(group.index)
+    result = striping.offset(c.generation % 2)  # the region of two generations ago is free again
+    mine = striping.offset(2 + group.index)
+    with phase("WRITE"):
+        buf.write(mine, t.data)
+    with phase("SERVER_OP"):
+        if me == 0:
+            buf.apply_from("copy", buf, dt, result, t.numel, mine)
+        else:
+            c.wait_data(buf, entry.expected + 1, entry.participants[:1])
+            buf.apply_from(_SERVER_OP[red], buf, dt, result, t.numel, mine)
+    with phase("WAIT"):
+        c.wait_data(buf, entry.expected + len(entry.participants), entry.participants)
+    entry.finish()
+    nbytes = t.data.nbytes if rows is None else rows * t.row_bytes
+    out = np.empty(nbytes, dtype=np.uint8)
+    with phase("READ"):
+        if nbytes:
+            buf.read(result + first * t.row_bytes, out)
+    return out
+
+
+def allreduce(group, name, t, red, prescale, postscale):
+    """The reduction over the set (scaled by the caller). Returns the result's
+    bytes and whether ranks had joined (they count as zeros, Horovod's rule:
+    the caller applies that for min, max and product)."""
+    c = group.collective(name)
+    dt, entry = _reduction(c, t)
+    slots = c.arrive(meta("allreduce", t, red=red, pre=prescale, post=postscale))
+    check("allreduce", slots, c.joined)
+    if t.numel == 0:
+        return np.empty(0, dtype=np.uint8), bool(c.joined)
+    return _reduce_into(c, dt, entry, t, red), bool(c.joined)
+
+
+def scatter_rows(rows, size, index):
+    """Rank `index` of `size` gets q+1 rows if index < rows mod size, else q
+    (q = rows div size), in rank order: (first row, count)."""
+    q, r = divmod(rows, size)
+    return index * q + min(index, r), q + (1 if index < r else 0)
+
+
+def reducescatter(group, name, t, red, prescale, postscale):
+    """The reduction, each rank reading only its rows (scatter_rows)."""
+    c = group.collective(name)
+    dt, entry = _reduction(c, t)
+    slots = c.arrive(meta("reducescatter", t, red=red, pre=prescale, post=postscale))
+    check("reducescatter", slots, c.joined)
+    if c.joined:
+        raise CollectiveError("Reducescatter is not supported with Join at this time.")
+    first, rows = scatter_rows(t.shape[0], group.size, group.index)
+    if t.numel == 0:
+        return np.empty(0, dtype=np.uint8), rows
+    return _reduce_into(c, dt, entry, t, red, first, rows), rows
+
+
+def _read_parts(c, slots, rows_of, row_bytes, out, offset_rows_of=None):
+    """Reads every rank's part (in set order) into consecutive rows of `out`."""
+    requests = []
+    at = 0
+    for i, s in enumerate(slots):
+        rows = rows_of(i, s)
+        if rows:
+            part = c.peer_part(s["part"])
+            src = (offset_rows_of(i, s) if offset_rows_of else 0) * row_bytes
+            requests.append(part.read_async(src, out[at * row_bytes:(at + rows) * row_bytes]))
+        at += rows
+    with phase("READ"):
+        for r in requests:
+            r.wait()
+
+
+def allgather(group, name, t):
+    """Concatenation along dimension 0 in set rank order (first dimensions
+    may differ). Returns the bytes and the shape."""
+    c = group.collective(name)
+    part_name = c.write_part(t.data)
+    slots = c.arrive(meta("allgather", t, part=part_name))
+    if c.joined:  # (before check(): a joined rank's slot is empty)
+        raise CollectiveError("Allgather is not supported with Join at this time. Specify sparse_to_dense=True if "
+                              "using DistributedOptimizer")
+    check("allgather", slots)
+    shape = [sum(s["shape"][0] for s in slots)] + slots[0]["shape"][1:]
+    out = np.empty(math.prod(shape) * t.itemsize, dtype=np.uint8)
+    _read_parts(c, slots, lambda i, s: s["shape"][0], t.row_bytes, out)
+    return out, shape
+
+
+def broadcast(group, name, t, root_rank):
+    """The root's bytes on every rank; None on the root itself (it has them)."""
+    c = group.collective(name)
+    me_root = group.runtime.rank == root_rank
+    part_name = c.write_part(t.data) if me_root else None
+    slots = c.arrive(meta("broadcast", t, root=root_rank, part=part_name))
+    if c.joined:  # (before check(): a joined rank's slot is empty)
+        raise CollectiveError("Broadcast is not supported with Join at this time.")
+    check("broadcast", slots)
+    if me_root:
+        return None
+    out = np.empty(t.data.nbytes, dtype=np.uint8)
+    if out.nbytes:
+        c.peer_part(slots[group.ranks.index(root_rank)]["part"]).read(0, out)
+    return out
+
+
+def alltoall(group, name, t, splits):
+    """Rows splits[i] of this rank go to set rank i. Returns the bytes
+    received (in source order), how many rows came from each rank, and the
+    shape."""
+    c = group.collective(name)
+    part_name = c.write_part(t.data)
+    slots = c.arrive(meta("alltoall", t, splits=list(splits), part=part_name))
+    if c.joined:  # (before check(): a joined rank's slot is empty)
+        raise CollectiveError("Alltoall is not supported with Join at this time.")
+    check("alltoall", slots)
+    me = group.index
+    received = [s["splits"][me] for s in slots]
+    shape = [sum(received)] + list(slots[me]["shape"][1:])
+    out = np.empty(math.prod(shape) * t.itemsize, dtype=np.uint8)
+    _read_parts(c, slots, lambda i, s: s["splits"][me], t.row_bytes, out,
+                offset_rows_of=lambda i, s: sum(s["splits"][:me]))
+    return out, received, shape
+
+
+def barrier(group):
+    c = group.collective("barrier.noname")
+    c.arrive({"op": "barrier", "dtype": "", "shape": [], "device": "CPU"})
