@@ -134,13 +134,15 @@ def accuracy(args):
 def synthetic(args):
     example = os.path.join(ROOT, "plugins", "torch", "examples", "synthetic_benchmark.py")
     print("\n### resnet18, random data, batch 8 per worker, 112x112 images (images/s per worker)\n")
-    print("| workers | DDP over gloo | smb.torch | smb / gloo |")
-    print("|---:|---:|---:|---:|")
+    print("| workers | DDP over gloo | smb.torch DistributedOptimizer | DDP over the `smb` backend "
+          "| smb.torch / gloo | DDP-smb / gloo |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for workers in (2, 4):
         flags = [PYTHON, example, "--json", "--model", "resnet18", "--batch-size", "8"]
-        gloo = smbrun(args.build, workers, flags + ["--baseline", "ddp-gloo"])[0]["images_per_second_per_worker"]
-        smb = smbrun(args.build, workers, flags)[0]["images_per_second_per_worker"]
-        print(f"| {workers} | {gloo:.1f} | {smb:.1f} | {smb / gloo:.2f} |")
+        rate = {b: smbrun(args.build, workers, flags + ["--baseline", b])[0]["images_per_second_per_worker"]
+                for b in ("ddp-gloo", "none", "ddp-smb")}
+        gloo, smb, ddp_smb = rate["ddp-gloo"], rate["none"], rate["ddp-smb"]
+        print(f"| {workers} | {gloo:.1f} | {smb:.1f} | {ddp_smb:.1f} | {smb / gloo:.2f} | {ddp_smb / gloo:.2f} |")
 
 
 def main():

@@ -66,10 +66,15 @@ FabricSync::~FabricSync() {
   }
 }
 
+void FabricSync::initialize() {
+  if (initialized_) return;
+  engine_->initialize(data_);  // the first worker's weights become everyone's
+  initialized_ = true;
+}
+
 void FabricSync::on_start() {
   if (!initialized_) {
-    engine_->initialize(data_);  // the first worker's weights become everyone's
-    initialized_ = true;
+    initialize();
     return;
   }
   if (updated_) {

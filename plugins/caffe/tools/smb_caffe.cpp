@@ -11,7 +11,8 @@
 // mpirun, torchrun, Slurm). Caffe's data layers shard by solver rank as in
 // its multi-GPU training (HDF5Data: row i goes to rank i mod workers).
 // Rank 0 prints the final test accuracy (the test net's "accuracy"
-// output, averaged over test_iter batches); --json prints it as JSON.
+// output, averaged over test_iter batches) and the training time (from the
+// moment every worker is ready); --json prints them as JSON.
 #include "smb_caffe/fabric_sync.hpp"
 
 #include <smb/client.hpp>
@@ -139,7 +140,9 @@ int main(int argc, char** argv) {
     if (max_iter != 0) param.set_max_iter(static_cast<int>(max_iter));
     std::shared_ptr<caffe::Solver<float>> solver(caffe::SolverRegistry<float>::CreateSolver(param));
     if (!weights.empty()) solver->net()->CopyTrainedLayersFrom(weights);
-    const auto started = std::chrono::steady_clock::now();
+    // Timed: the training itself, from the moment every worker is ready
+    // (connections, buffers and start-up skew between workers are not).
+    auto started = std::chrono::steady_clock::now();
     if (mode == "single") {
       solver->Solve();
     } else if (mode == "allreduce-mpi") {
@@ -147,6 +150,8 @@ int main(int argc, char** argv) {
       MPI_Init(&argc, &argv);
       MpiAverage average(*solver);
       solver->add_callback(&average);
+      MPI_Barrier(MPI_COMM_WORLD);
+      started = std::chrono::steady_clock::now();
       run(*solver);
       MPI_Finalize();
 #else
@@ -167,6 +172,8 @@ int main(int argc, char** argv) {
       sync.groups = groups != 0 ? groups : std::max<std::uint32_t>(1, workers / local);
       smb::caffe_plugin::FabricSync fabric(client, *solver, sync);
       solver->add_callback(&fabric);
+      fabric.initialize();
+      started = std::chrono::steady_clock::now();
       run(*solver);
       fabric.finish();
     }

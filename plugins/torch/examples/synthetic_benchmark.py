@@ -24,7 +24,9 @@ def main():
     parser.add_argument("--image-size", type=int, default=112)
     parser.add_argument("--warmup-iters", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--baseline", choices=["none", "ddp-gloo"], default="none")
+    parser.add_argument("--baseline", choices=["none", "ddp-gloo", "ddp-smb"], default="none",
+                        help="none: smb.torch's DistributedOptimizer; ddp-gloo / ddp-smb: DDP over "
+                             "torch.distributed's gloo or the fabric's 'smb' backend")
     parser.add_argument("--fp16-allreduce", action="store_true", help="Compression.fp16")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -32,9 +34,11 @@ def main():
 
     model = getattr(models, args.model)(num_classes=100)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    if args.baseline == "ddp-gloo":
+    if args.baseline in ("ddp-gloo", "ddp-smb"):
         import torch.distributed as dist
-        dist.init_process_group("gloo")
+        if args.baseline == "ddp-smb":
+            import smb.torch  # noqa: F401 - registers the backend
+        dist.init_process_group(args.baseline[len("ddp-"):])
         rank, size = dist.get_rank(), dist.get_world_size()
         model = torch.nn.parallel.DistributedDataParallel(model)
     else:
@@ -63,7 +67,7 @@ def main():
     rate = args.batch_size * args.iters / (time.monotonic() - started)
     if rank == 0:
         result = {"model": args.model, "workers": size, "batch_size": args.batch_size,
-                  "backend": "ddp-gloo" if args.baseline == "ddp-gloo" else "smb",
+                  "backend": args.baseline if args.baseline != "none" else "smb",
                   "images_per_second_per_worker": rate, "images_per_second": rate * size}
         if args.json:
             print(json.dumps(result), flush=True)

@@ -13,7 +13,9 @@ connection between ranks. Launch with mpirun, torchrun, Slurm or smbrun.
 
 Additions Horovod does not have: DistributedOptimizer(mode="seasgd" |
 "downpour" | "sync", tau=, alpha=) for ETRI's hybrid training,
-push_pull(), Compression.bf16, and fabric_allreduce_hook for DDP.
+push_pull(), Compression.bf16, fabric_allreduce_hook for DDP, and the
+torch.distributed backend "smb" (init_process_group("smb"), see
+smb.torch.distributed).
 """
 
 from smb.collective.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
@@ -37,6 +39,13 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
                   sparse_allreduce_async, synchronize)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
+
+try:  # torch.distributed backend "smb" (torch >= 1.13 can take a Python ProcessGroup)
+    from . import distributed as _distributed
+    _distributed.register()
+except (ImportError, AttributeError) as _e:  # pragma: no cover - older torch
+    import logging as _logging
+    _logging.getLogger("smb.torch").debug("torch.distributed backend 'smb' not registered: %s", _e)
 
 
 def push_pull(tensor, average=True, name=None, process_set=global_process_set):

@@ -17,6 +17,7 @@ and downpour.
 
 import contextlib
 import itertools
+import os
 import warnings
 
 import numpy as np
@@ -70,13 +71,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
             acc.register_hook(self._make_hook(p))
             self._grad_accs.append(acc)  # the node must stay alive for its hook
-        if self._groups is not None:
+        groups = self._groups
+        if groups is None:
+            groups = _fusion_buckets(ordered, _fusion_threshold())
+        if groups:
             from .functions import broadcast_object
             names = broadcast_object([self._parameter_names[p] for p in ordered], root_rank=0,
                                      process_set=self.process_set)
             by_name = {self._parameter_names[p]: p for p in ordered}
             ordered = [by_name[n] for n in names if n in by_name]
-            self._group_of = _form_groups(self._groups, ordered)
+            self._group_of = _form_groups(groups, ordered)
 
     def _make_hook(self, p):
         def hook(*_):
@@ -118,6 +122,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         group = self._group_of[p]
         if any(self._allreduce_delay[q] > 0 for q in group if q is not p):
             return (None, None)
+        if any(self._gradient(q).is_sparse for q in group):
+            # Sparse gradients are gathered, not fused: each goes alone.
+            for q in group:
+                if q is not p:
+                    self._handles[q] = self._allreduce_grad_async(q)
+            return self._allreduce_grad_async(p)
         compressed = [self._compression.compress(self._gradient(q)) for q in group]
         handle = grouped_allreduce_async_([c for c, _ in compressed], name=self._parameter_names[group[0]],
                                           op=self._op, process_set=self.process_set)
@@ -348,6 +358,36 @@ def _validate_groups(groups):
                     raise ValueError("A parameter can only appear once in groups.")
                 seen.add(id(t))
     return groups
+
+
+def _fusion_threshold():
+    """Bytes of gradients fused into one collective: HOROVOD_FUSION_THRESHOLD
+    (Horovod's variable; 0 turns fusion off), default 64 MiB."""
+    value = os.environ.get("HOROVOD_FUSION_THRESHOLD", "")
+    return int(value) if value.strip().isdigit() else 64 << 20
+
+
+def _fusion_buckets(ordered, threshold):
+    """Tensor fusion: parameters in reverse order (roughly the order backward
+    produces their gradients) cut into consecutive buckets of at most
+    `threshold` bytes. Each bucket is one collective, started when its last
+    gradient is ready: a few collectives per step instead of one per
+    parameter (each costs a round trip to the servers), and the first
+    buckets still overlap the rest of backward. Buckets with one parameter
+    are left out (that parameter goes alone, as without fusion)."""
+    if threshold <= 0:
+        return None
+    buckets, current, used = [], [], 0
+    for p in reversed(ordered):
+        nbytes = p.numel() * p.element_size()
+        if current and used + nbytes > threshold:
+            buckets.append(current)
+            current, used = [], 0
+        current.append(p)
+        used += nbytes
+    if current:
+        buckets.append(current)
+    return [b for b in buckets if len(b) > 1] or None
 
 
 def _form_groups(groups, ordered):

@@ -46,6 +46,9 @@ class FabricSync : public caffe::Solver<float>::Callback {
   ~FabricSync();  // the solver's blobs get their own memory back
   FabricSync(const FabricSync&) = delete;
   FabricSync& operator=(const FabricSync&) = delete;
+  // Collective over all workers: the first worker's weights become
+  // everyone's. The first on_start() does it when nobody called it before.
+  void initialize();
   // The exchange that follows the last iteration's update.
   void finish();
   // The global weights now (for reporting; the engine's view).
