@@ -14,19 +14,6 @@ if(NOT CLI11_FOUND)
 endif()
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 
-# rdma-core for the native verbs transport: on by default where it is found.
-pkg_check_modules(IBVERBS QUIET IMPORTED_TARGET libibverbs)
-pkg_check_modules(RDMACM QUIET IMPORTED_TARGET librdmacm)
-if(IBVERBS_FOUND AND RDMACM_FOUND)
-  option(SMB_WITH_VERBS "Build the native verbs transport (libibverbs, librdmacm)" ON)
-else()
-  option(SMB_WITH_VERBS "Build the native verbs transport (libibverbs, librdmacm)" OFF)
-endif()
-if(SMB_WITH_VERBS AND NOT (IBVERBS_FOUND AND RDMACM_FOUND))
-  message(FATAL_ERROR "SMB_WITH_VERBS needs libibverbs-dev and librdmacm-dev (pkg-config libibverbs librdmacm)")
-endif()
-message(STATUS "native verbs transport: ${SMB_WITH_VERBS}")
-
 # CUDA and NCCL for the update engine's GPU path (smb-client/gpu/): on by
 # default where the CUDA toolkit and NCCL >= 2.10 (ncclAvg) are found. Only
 # the CUDA runtime API and NCCL are used, from ordinary C++ (no .cu files), so

@@ -105,7 +105,7 @@ MemoryRegistration& MemoryRegistration::operator=(MemoryRegistration&& other) no
 void MemoryRegistration::unregister() {
   if (!state_) return;
   auto state = std::move(state_);
-  if (state->handle != 0) state->client->transport().unregister_memory(state->handle);
+  if (state->handle) state->client->transport().unregister_memory(*state->handle);
 }
 
 }  // namespace smb

@@ -1,5 +1,7 @@
 #include "client_core.hpp"
 
+#include "transport/registry.hpp"
+
 #include "protocol/layout_codec.hpp"
 #include "protocol/striping.hpp"
 #include "util/parse.hpp"
@@ -21,14 +23,6 @@ namespace {
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : fallback;
-}
-
-DataProtocol protocol_from_env() {
-  const auto v = env_or("SMB_DATA_PROTOCOL", "auto");
-  if (v == "auto") return DataProtocol::automatic;
-  if (v == "rma") return DataProtocol::rma;
-  if (v == "am") return DataProtocol::am;
-  throw Error(Errc::invalid_argument, "SMB_DATA_PROTOCOL='" + v + "': expected auto, rma or am");
 }
 
 transport::SegmentDescriptor segment_from(const Body& reply, const std::string& context) {
@@ -53,11 +47,10 @@ ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
   for (auto& s : options_.servers) s = util::parse_host_port(s).str();
   if (options_.timeout.count() <= 0) throw Error(Errc::invalid_argument, "client timeout must be positive");
   if (options_.transport.empty()) options_.transport = env_or("SMB_TRANSPORT", "ucx");
-  protocol_ = options_.protocol ? *options_.protocol : protocol_from_env();
   sorted_servers_ = options_.servers;
   std::sort(sorted_servers_.begin(), sorted_servers_.end());
   sorted_servers_.erase(std::unique(sorted_servers_.begin(), sorted_servers_.end()), sorted_servers_.end());
-  transport_ = transport::make_client_transport(options_.transport);
+  transport_ = transport::make_client_transport(options_.transport, options_.transport_options);
   for (const auto& s : sorted_servers_) link(s);  // fail fast on a wrong address
 }
 
@@ -73,7 +66,7 @@ client::ServerLink& ClientCore::link(const std::string& server) {
   l.control = std::make_unique<client::ControlConnection>(
       server, options_.timeout,
       Body{{"client", "libsmb"}, {"transport", transport_->name()}, {"address", protocol::binary(transport_->address())}});
-  l.channel = transport_->connect(protocol::get_binary(l.control->hello_reply(), "address", "hello"), server, protocol_);
+  l.channel = transport_->connect(protocol::get_binary(l.control->hello_reply(), "address", "hello"), server);
   l.waits = std::make_unique<client::WaitConnections>(
       server, options_.timeout, Body{{"client", "libsmb-wait"}, {"transport", transport_->name()}});
   return links_.emplace(server, std::move(l)).first->second;

@@ -25,7 +25,7 @@ struct ServerLink {
   // connection tells: the channel is failed, so that ops fail instead of
   // waiting for their timeout (or writing into memory nobody serves).
   void check_alive() {
-    if (!channel->detects_peer_failure() && control->peer_closed())
+    if (!channel->caps().detects_peer_failure && control->peer_closed())
       channel->peer_lost("its control connection closed");
   }
 };
@@ -58,7 +58,6 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                                      const std::vector<transport::SegmentDescriptor>& descriptors);
 
   ClientOptions options_;
-  DataProtocol protocol_ = DataProtocol::automatic;
   std::vector<std::string> sorted_servers_;
   std::unique_ptr<transport::ClientTransport> transport_;
   std::mutex links_mutex_;
@@ -105,7 +104,7 @@ struct Lock::State {
 
 struct MemoryRegistration::State {
   std::shared_ptr<ClientCore> client;  // keeps the transport alive
-  std::uint64_t handle = 0;
+  std::optional<std::uint64_t> handle;  // none where the transport needs no registration
 };
 
 struct Request::State {

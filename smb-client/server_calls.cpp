@@ -18,7 +18,7 @@ ServerCalls::~ServerCalls() {
   if (!state_->completion->done()) state_->client->transport().abandon(*state_->completion);
 }
 
-std::size_t ServerCalls::max_payload(ServerLink& link) { return link.channel->max_call_payload(); }
+std::size_t ServerCalls::max_payload(ServerLink& link) { return link.channel->caps().max_call_payload; }
 
 void ServerCalls::add(ServerLink& link, MessageType type, protocol::Body body, std::span<const std::byte> payload) {
   link.check_alive();

@@ -11,7 +11,6 @@ namespace smb::server {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-using protocol::MessageType;
 
 namespace {
 constexpr auto kLogInterval = std::chrono::seconds(10);
@@ -105,15 +104,22 @@ void ControlServer::shutdown() {
 void ControlServer::serve(SessionId session, std::uint16_t type, std::span<const std::uint8_t> body,
                           transport::Bytes payload, ReplyFn reply) {
   reply = reply_once(std::move(reply));
-  guarded(type, reply, [&] { route(session, type, protocol::decode_body(body), std::move(payload), reply); });
+  guarded(type, reply, [&] {
+    const Route& route = route_for(type, kControl);
+    dispatch(route, Request{session, type, protocol::decode_body(body), std::move(payload)}, reply, true);
+  });
 }
 
-void ControlServer::route(SessionId session, std::uint16_t type, protocol::Body request, transport::Bytes payload,
-                          const ReplyFn& reply) {
-  if (type == static_cast<std::uint16_t>(MessageType::vector_op))
-    return run_vector_op(std::move(request), std::move(payload), reply);
-  if (Coordination::handles(type)) return coordination_.handle(session, type, request, reply);
-  reply(handler_.handle(session, type, request));
+void ControlServer::dispatch(const Route& route, Request request, ReplyFn reply, bool on_io_thread) {
+  auto run = [this, &route, request = std::move(request), reply]() mutable {
+    guarded(request.type, reply, [&] { route.handler(services_, request, reply); });
+  };
+  if (route.runs_on == RunsOn::worker_pool)
+    asio::post(workers_, std::move(run));
+  else if (on_io_thread)
+    run();
+  else
+    asio::post(io_, std::move(run));
 }
 
 }  // namespace smb::server

@@ -5,6 +5,7 @@
 // exactly once whatever the request holds.
 #include "coordination.hpp"
 #include "limits.hpp"
+#include "message_routes.hpp"
 #include "request_handler.hpp"
 
 #include <boost/asio.hpp>
@@ -42,11 +43,9 @@ class ControlServer {
  private:
   void accept();
   void accept_failed(const boost::system::error_code& ec);
-  // Runs a vector op on the worker pool (x in `request` or `payload`), then,
-  // on the io thread, wakes the buffer's version waiters and calls `reply`.
-  void run_vector_op(protocol::Body request, transport::Bytes payload, ReplyFn reply);
-  void route(SessionId session, std::uint16_t type, protocol::Body request, transport::Bytes payload,
-             const ReplyFn& reply);
+  // Runs the request's handler where its route says (message_routes.hpp).
+  // `on_io_thread`: the caller runs on the io thread (sessions) or not (calls).
+  void dispatch(const Route& route, Request request, ReplyFn reply, bool on_io_thread);
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;
@@ -58,6 +57,7 @@ class ControlServer {
   // Vector ops run here, off the io thread, so that one large op does not
   // stall every other client's control requests.
   boost::asio::thread_pool workers_;
+  Services services_{io_, handler_, coordination_};
   std::set<std::shared_ptr<ControlSession>> sessions_;  // touched only on the io thread
   SessionId next_session_ = 1;
   // Accept errors (EMFILE...) are retried after a growing pause and logged

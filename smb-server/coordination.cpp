@@ -60,28 +60,6 @@ class RangeSet {
 
 }  // namespace
 
-bool Coordination::handles(std::uint16_t type) {
-  switch (static_cast<MessageType>(type)) {
-    case MessageType::wait_version:
-    case MessageType::lock:
-    case MessageType::unlock:
-    case MessageType::barrier: return true;
-    default: return false;
-  }
-}
-
-void Coordination::handle(SessionId session, std::uint16_t type, const Body& request, const ReplyFn& reply) {
-  guarded(type, reply, [&] {
-    switch (static_cast<MessageType>(type)) {
-      case MessageType::wait_version: return wait_version(session, request, reply);
-      case MessageType::lock: return lock(session, request, reply);
-      case MessageType::unlock: return unlock(session, request, reply);
-      case MessageType::barrier: return barrier(session, request, reply);
-      default: throw Error(Errc::internal, std::string(protocol::message_name(type)) + " is not a coordination message");
-    }
-  });
-}
-
 Coordination::TimerPtr Coordination::start_timer(std::chrono::milliseconds after, std::function<void()> on_expiry) {
   auto timer = std::make_shared<boost::asio::steady_timer>(io_, after);
   timer->async_wait([on_expiry = std::move(on_expiry)](const boost::system::error_code& ec) {

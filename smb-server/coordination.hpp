@@ -35,10 +35,13 @@ class Coordination {
   Coordination(boost::asio::io_context& io, Registry& registry, std::uint64_t max_locks_per_session)
       : io_(io), registry_(registry), max_locks_per_session_(max_locks_per_session) {}
 
-  // True if `type` is one of ours; then the reply comes through `reply`.
-  static bool handles(std::uint16_t type);
-  // Errors, thrown or not, become an error reply.
-  void handle(SessionId session, std::uint16_t type, const protocol::Body& request, const ReplyFn& reply);
+  // The deferred requests (message_routes.cpp): each answers through
+  // `reply` once its condition holds, its timeout passes or its party goes.
+  // They throw smb::Error for a request that is wrong from the start.
+  void wait_version(SessionId session, const protocol::Body& request, const ReplyFn& reply);
+  void lock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
+  void unlock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
+  void barrier(SessionId session, const protocol::Body& request, const ReplyFn& reply);
 
   // A vector op advanced `name`'s version (posted here from the worker pool).
   void version_advanced(const std::string& name);
@@ -92,11 +95,6 @@ class Coordination {
     std::string name;
     std::uint64_t offset;
   };
-
-  void wait_version(SessionId session, const protocol::Body& request, const ReplyFn& reply);
-  void lock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
-  void unlock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
-  void barrier(SessionId session, const protocol::Body& request, const ReplyFn& reply);
 
   static bool conflicts_with_holder(const Lock& lock, std::uint64_t offset, std::uint64_t length);
   void grant(const std::string& name, Lock& lock, SessionId session, std::uint64_t offset, std::uint64_t length,

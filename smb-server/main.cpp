@@ -4,7 +4,7 @@
 #include "memory_pool.hpp"
 #include "protocol/layout_codec.hpp"
 #include "registry.hpp"
-#include "transport/transport.hpp"
+#include "transport/registry.hpp"
 #include "util/parse.hpp"
 
 #include <smb/client.hpp>
@@ -148,8 +148,11 @@ int main(int argc, char** argv) {
   app.add_option("--listen", options.listen, "HOST:PORT for the control plane (port 0: any)")
       ->capture_default_str();
   app.add_option("--capacity", options.capacity, "Memory to lend, e.g. 128M, 4G")->required();
-  app.add_option("--transport", options.transport, "Data transport")
-      ->check(CLI::IsMember({"ucx", "verbs"}))
+  std::string transports_help = "Data transport, one of this build's:";
+  for (const auto* t : smb::transport::transports())
+    transports_help += "\n  " + std::string(t->name) + ": " + std::string(t->summary);
+  app.add_option("--transport", options.transport, transports_help)
+      ->check(CLI::IsMember(smb::transport::transport_names()))
       ->capture_default_str();
   app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))

@@ -8,7 +8,6 @@
 namespace smb::server {
 
 using protocol::Body;
-using protocol::MessageType;
 
 namespace {
 
@@ -65,14 +64,8 @@ Body page_reply(Body fields, const char* items, const Page<T>& page, Body list) 
 
 }  // namespace
 
-Body RequestHandler::handle(SessionId session, std::uint16_t type, const Body& request) {
-  return replying(type, [&] { return dispatch(session, static_cast<MessageType>(type), request); });
-}
-
-Body RequestHandler::apply(const Body& request, transport::Bytes payload) {
-  return replying(static_cast<std::uint16_t>(MessageType::vector_op), [&] {
-    return protocol::ok_reply({{"version", registry_.apply(vector_request(request, std::move(payload)))}});
-  });
+Body RequestHandler::vector_op(const Body& request, transport::Bytes payload) {
+  return protocol::ok_reply({{"version", registry_.apply(vector_request(request, std::move(payload)))}});
 }
 
 // A layout reserved here must be one this fabric could hold: its share on
@@ -86,78 +79,89 @@ void RequestHandler::check_fits(const Layout& layout) const {
                                       " on this server exceeds its capacity of " + util::format_bytes(capacity));
 }
 
-Body RequestHandler::dispatch(SessionId session, MessageType type, const Body& req) {
-  const char* what = protocol::message_name(static_cast<std::uint16_t>(type));
-  switch (type) {
-    case MessageType::hello: {
-      const auto transport = protocol::get_string(req, "transport", what);
-      if (transport != identity_.transport)
-        throw Error(Errc::invalid_argument, "this smbd serves transport '" + identity_.transport +
-                                                "', the client asked for " + util::quoted(transport));
-      return protocol::ok_reply({{"server", identity_.address},
-                                 {"transport", identity_.transport},
-                                 {"address", protocol::binary(identity_.transport_address)}});
-    }
-    case MessageType::reserve_name: {
-      auto it = req.find("layout");
-      if (it == req.end()) throw Error(Errc::protocol, std::string(what) + ": no layout");
-      auto layout = protocol::layout_from_body(*it, what);
-      check_fits(layout);
-      registry_.reserve_name(session, layout);
-      return protocol::ok_reply();
-    }
-    case MessageType::commit_layout:
-      registry_.commit_layout(session, protocol::get_name(req, "name", what));
-      return protocol::ok_reply();
-    case MessageType::abandon_name:
-      registry_.abandon_name(session, protocol::get_name(req, "name", what));
-      return protocol::ok_reply();
-    case MessageType::get_layout:
-      return protocol::ok_reply(
-          {{"layout", protocol::layout_to_body(registry_.get_layout(protocol::get_name(req, "name", what)))}});
-    case MessageType::alloc_segment:
-      return protocol::ok_reply(segment_body(registry_.alloc_segment(
-          session, protocol::get_name(req, "name", what), protocol::get_u64(req, "length", what))));
-    case MessageType::open_segment:
-      return protocol::ok_reply(segment_body(registry_.open_segment(session, protocol::get_name(req, "name", what))));
-    case MessageType::close_segment:
-      registry_.close_segment(session, protocol::get_name(req, "name", what));
-      return protocol::ok_reply();
-    case MessageType::destroy:
-      registry_.destroy(protocol::get_name(req, "name", what));
-      return protocol::ok_reply();
-    case MessageType::stat: {
-      const auto s = registry_.stats();
-      const auto page = registry_.buffers(page_after(req, what), page_limit(req, what));
-      Body buffers = Body::array();
-      for (const auto& b : page.items)
-        buffers.push_back({{"name", b.name}, {"bytes", b.bytes}, {"open_handles", b.open_handles}});
-      return page_reply({{"server", identity_.address},
-                         {"transport", identity_.transport},
-                         {"capacity", s.capacity},
-                         {"used", s.used},
-                         {"largest_free", s.largest_free},
-                         {"huge_pages", s.huge_pages},
-                         {"clients", clients_.load()},
-                         {"buffer_count", s.buffer_count}},
-                        "buffers", page, std::move(buffers));
-    }
-    case MessageType::get_version:
-      return protocol::ok_reply({{"version", registry_.version(protocol::get_name(req, "name", what))}});
-    case MessageType::vector_op:
-    case MessageType::wait_version:
-    case MessageType::lock:
-    case MessageType::unlock:
-    case MessageType::barrier:
-      throw Error(Errc::internal, std::string(what) + " is served elsewhere (worker pool, coordination)");
-    case MessageType::list_layouts: {
-      const auto page = registry_.list_layouts(page_after(req, what), page_limit(req, what));
-      Body layouts = Body::array();
-      for (const auto& l : page.items) layouts.push_back(protocol::layout_to_body(l));
-      return page_reply(Body::object(), "layouts", page, std::move(layouts));
-    }
-  }
-  throw Error(Errc::protocol, "unknown control message type " + std::to_string(static_cast<int>(type)));
+Body RequestHandler::hello(SessionId, const Body& req) {
+  const auto transport = protocol::get_string(req, "transport", "hello");
+  if (transport != identity_.transport)
+    throw Error(Errc::invalid_argument, "this smbd serves transport '" + identity_.transport +
+                                            "', the client asked for " + util::quoted(transport));
+  return protocol::ok_reply({{"server", identity_.address},
+                             {"transport", identity_.transport},
+                             {"address", protocol::binary(identity_.transport_address)}});
+}
+
+Body RequestHandler::reserve_name(SessionId session, const Body& req) {
+  auto it = req.find("layout");
+  if (it == req.end()) throw Error(Errc::protocol, "reserve_name: no layout");
+  auto layout = protocol::layout_from_body(*it, "reserve_name");
+  check_fits(layout);
+  registry_.reserve_name(session, layout);
+  return protocol::ok_reply();
+}
+
+Body RequestHandler::commit_layout(SessionId session, const Body& req) {
+  registry_.commit_layout(session, protocol::get_name(req, "name", "commit_layout"));
+  return protocol::ok_reply();
+}
+
+Body RequestHandler::abandon_name(SessionId session, const Body& req) {
+  registry_.abandon_name(session, protocol::get_name(req, "name", "abandon_name"));
+  return protocol::ok_reply();
+}
+
+Body RequestHandler::get_layout(SessionId, const Body& req) {
+  return protocol::ok_reply(
+      {{"layout", protocol::layout_to_body(registry_.get_layout(protocol::get_name(req, "name", "get_layout")))}});
+}
+
+Body RequestHandler::alloc_segment(SessionId session, const Body& req) {
+  const char* what = "alloc_segment";
+  return protocol::ok_reply(segment_body(
+      registry_.alloc_segment(session, protocol::get_name(req, "name", what), protocol::get_u64(req, "length", what))));
+}
+
+Body RequestHandler::open_segment(SessionId session, const Body& req) {
+  return protocol::ok_reply(
+      segment_body(registry_.open_segment(session, protocol::get_name(req, "name", "open_segment"))));
+}
+
+Body RequestHandler::close_segment(SessionId session, const Body& req) {
+  registry_.close_segment(session, protocol::get_name(req, "name", "close_segment"));
+  return protocol::ok_reply();
+}
+
+Body RequestHandler::destroy(SessionId, const Body& req) {
+  registry_.destroy(protocol::get_name(req, "name", "destroy"));
+  return protocol::ok_reply();
+}
+
+Body RequestHandler::stat(SessionId, const Body& req) {
+  const char* what = "stat";
+  const auto s = registry_.stats();
+  const auto page = registry_.buffers(page_after(req, what), page_limit(req, what));
+  Body buffers = Body::array();
+  for (const auto& b : page.items)
+    buffers.push_back({{"name", b.name}, {"bytes", b.bytes}, {"open_handles", b.open_handles}});
+  return page_reply({{"server", identity_.address},
+                     {"transport", identity_.transport},
+                     {"capacity", s.capacity},
+                     {"used", s.used},
+                     {"largest_free", s.largest_free},
+                     {"huge_pages", s.huge_pages},
+                     {"clients", clients_.load()},
+                     {"buffer_count", s.buffer_count}},
+                    "buffers", page, std::move(buffers));
+}
+
+Body RequestHandler::list_layouts(SessionId, const Body& req) {
+  const char* what = "list_layouts";
+  const auto page = registry_.list_layouts(page_after(req, what), page_limit(req, what));
+  Body layouts = Body::array();
+  for (const auto& l : page.items) layouts.push_back(protocol::layout_to_body(l));
+  return page_reply(Body::object(), "layouts", page, std::move(layouts));
+}
+
+Body RequestHandler::get_version(SessionId, const Body& req) {
+  return protocol::ok_reply({{"version", registry_.version(protocol::get_name(req, "name", "get_version"))}});
 }
 
 }  // namespace smb::server

@@ -1,6 +1,7 @@
 #pragma once
-// Turns one validated control request into its reply. Never throws: every
-// failure becomes an error reply that names what was wrong.
+// The requests answered at once, each by its own method (routed by the table
+// in message_routes.cpp). A method returns the ok reply or throws smb::Error
+// naming what was wrong; the caller turns that into an error reply.
 #include "protocol/messages.hpp"
 #include "registry.hpp"
 #include "replies.hpp"
@@ -20,12 +21,24 @@ class RequestHandler {
   RequestHandler(Registry& registry, const ServerIdentity& identity, const std::atomic<std::uint32_t>& clients)
       : registry_(registry), identity_(identity), clients_(clients) {}
 
-  protocol::Body handle(SessionId session, std::uint16_t type, const protocol::Body& request);
-  // A vector op whose x came as a call's payload (see transport.hpp).
-  protocol::Body apply(const protocol::Body& request, transport::Bytes payload);
+  using Body = protocol::Body;
+  Body hello(SessionId session, const Body& request);
+  Body reserve_name(SessionId session, const Body& request);
+  Body commit_layout(SessionId session, const Body& request);
+  Body abandon_name(SessionId session, const Body& request);
+  Body get_layout(SessionId session, const Body& request);
+  Body alloc_segment(SessionId session, const Body& request);
+  Body open_segment(SessionId session, const Body& request);
+  Body close_segment(SessionId session, const Body& request);
+  Body destroy(SessionId session, const Body& request);
+  Body stat(SessionId session, const Body& request);
+  Body list_layouts(SessionId session, const Body& request);
+  Body get_version(SessionId session, const Body& request);
+  // x in the body ("data"), in another buffer ("source"), or in `payload`
+  // (a call's raw payload, see transport.hpp).
+  Body vector_op(const Body& request, transport::Bytes payload);
 
  private:
-  protocol::Body dispatch(SessionId session, protocol::MessageType type, const protocol::Body& request);
   void check_fits(const Layout& layout) const;
 
   Registry& registry_;

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -25,22 +26,17 @@
 
 namespace smb {
 
-// How bytes move between a client and a server over UCX.
-//  rma: one-sided put/get/atomics (shared memory via CMA, InfiniBand/RoCE).
-//  am:  active messages that the server copies into its memory; faster where
-//       UCX only emulates RMA in software (TCP).
-//  automatic: rma when UCX's RMA lanes to that server are not emulated, else am.
-enum class DataProtocol { automatic, rma, am };
-
 struct ClientOptions {
   // "host:port" of every memory server. Empty: read SMB_SERVERS.
   std::vector<std::string> servers;
   // Upper bound on any single wait (connect, control reply, data op).
   std::chrono::milliseconds timeout{std::chrono::seconds(15)};
-  // Transport name; empty: SMB_TRANSPORT or "ucx".
+  // Transport name, one of SMB_TRANSPORTS (smb/config.h); empty: SMB_TRANSPORT or "ucx".
   std::string transport;
-  // Data protocol; unset: SMB_DATA_PROTOCOL (auto|rma|am) or automatic.
-  std::optional<DataProtocol> protocol;
+  // Settings of that transport as key -> value, e.g. {"protocol", "am"} for
+  // UCX's data protocol (docs/transports.md lists them); a key the transport
+  // does not know is an error.
+  std::map<std::string, std::string> transport_options;
 };
 
 struct BufferOptions {

@@ -14,13 +14,18 @@
 //   Channel          the data path to one server: put/get/atomics on a
 //                    RemoteSegment, and calls (two-sided requests the
 //                    server acts on), each reporting to a Completion.
+//                    What it can do is data (ChannelCaps), not a question
+//                    of which transport it is.
+//
+// Transports are listed, with their factories, in registry.hpp.
 #include "transport/completion.hpp"
 
-#include <smb/client.hpp>
+#include <smb/error.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -31,6 +36,25 @@
 namespace smb::transport {
 
 using Bytes = std::vector<std::uint8_t>;
+
+// Settings only one transport understands (e.g. UCX's data protocol), as
+// "key" -> "value"; each transport rejects keys it does not know.
+using TransportOptions = std::map<std::string, std::string>;
+
+// What one channel can do, as plain data (cf. NCCL's ncclNetProperties_t):
+// callers adapt to it instead of asking which transport they run on.
+struct ChannelCaps {
+  // Atomics are done by the NIC or shared memory, not by the server's CPU.
+  bool native_atomics = false;
+  // The channel notices a dead server by itself. When false (UCX's
+  // shared-memory lanes), the client watches the control connection instead.
+  bool detects_peer_failure = true;
+  // Puts and gets from memory the caller registered (register_memory) skip
+  // the transport's staging; without it they are copied.
+  bool registration_helps = false;
+  // The largest payload one call carries; callers split larger ones.
+  std::size_t max_call_payload = 0;
+};
 
 class Registration {
  public:
@@ -118,20 +142,17 @@ class Channel {
                             const CompletionPtr& completion) = 0;
 
   // Sends a call (see CallHandler); the server's reply frame lands in *reply.
-  // `frame`, `payload` and `reply` stay valid until the completion finishes.
+  // `frame`, `payload` and `reply` stay valid until the completion finishes;
+  // the payload is at most caps().max_call_payload bytes.
   virtual void call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
                     const CompletionPtr& completion) = 0;
-  // The largest payload one call carries; callers split larger ones.
-  virtual std::size_t max_call_payload() const = 0;
+  virtual ChannelCaps caps() const = 0;
 
   // The server is known dead (its control connection closed): fail what is
   // in flight and refuse new ops.
   virtual void peer_lost(const std::string& reason) = 0;
   // Why the channel failed, if it did.
   virtual std::optional<std::string> failure() const = 0;
-  // False where the transport cannot notice a dead server by itself (UCX's
-  // shared-memory lanes), so that the client must watch the control connection.
-  virtual bool detects_peer_failure() const = 0;
 };
 
 class ClientTransport {
@@ -140,8 +161,7 @@ class ClientTransport {
   virtual std::string name() const = 0;
   virtual const Bytes& address() const = 0;
   // `peer` names the server in messages ("127.0.0.1:7000").
-  virtual std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
-                                           DataProtocol protocol) = 0;
+  virtual std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer) = 0;
   // Drives every channel's outstanding ops; safe from any thread.
   virtual void progress() = 0;
   // Forgets the ops of a completion that timed out, so that a late reply can
@@ -149,13 +169,11 @@ class ClientTransport {
   virtual void abandon(const Completion& completion) = 0;
   // Registers caller memory for zero-copy ops: puts and gets whose memory
   // lies inside it skip the transport's own staging. Returns a handle for
-  // unregister_memory (0 where the transport has no use for it: UCX keeps
-  // its own registration cache). Throws smb::Error (e.g. the memlock limit).
-  virtual std::uint64_t register_memory(void* base, std::size_t length) = 0;
+  // unregister_memory, or nullopt where the transport has nothing to do
+  // (UCX keeps its own registration cache). Throws smb::Error (e.g. the
+  // memlock limit).
+  virtual std::optional<std::uint64_t> register_memory(void* base, std::size_t length) = 0;
   virtual void unregister_memory(std::uint64_t handle) = 0;
 };
-
-std::unique_ptr<ServerTransport> make_server_transport(std::string_view name);
-std::unique_ptr<ClientTransport> make_client_transport(std::string_view name);
 
 }  // namespace smb::transport

@@ -2,6 +2,8 @@
 // announces where it listens, exits 0 on SIGTERM/SIGINT, and refuses bad
 // flags, a port in use or impossible memory with a non-zero exit and a
 // message saying what to do.
+#include <smb/config.h>
+
 #include "process.hpp"
 #include "smbd_process.hpp"
 
@@ -71,6 +73,19 @@ TEST(SmbdCli, BadFlagsExitNonZeroWithAMessage) {
     EXPECT_TRUE(r.status.exited && r.status.code != 0) << line << "\n" << r.describe();
     EXPECT_FALSE(r.err.empty()) << line << ": no message on stderr";
     EXPECT_EQ(r.out.find("smbd ready"), std::string::npos) << line;
+  }
+}
+
+// --help lists every transport of this build (the same list libsmb uses).
+TEST(SmbdCli, HelpListsTheTransportsBuilt) {
+  const auto r = run_smbd({"--help"});
+  EXPECT_TRUE(r.status.exited && r.status.code == 0) << r.describe();
+  std::string transports = SMB_TRANSPORTS;
+  for (std::size_t start = 0; start <= transports.size();) {
+    auto end = std::min(transports.find(',', start), transports.size());
+    const auto name = transports.substr(start, end - start);
+    EXPECT_NE(r.out.find("  " + name + ": "), std::string::npos) << name << " missing from:\n" << r.out;
+    start = end + 1;
   }
 }
 

@@ -302,6 +302,9 @@ done
                                     ("SMB_LOCAL_RANK", rank), ("WORLD_SIZE", 4), ("SMB_SIZE", 4),
                                     ("LOCAL_WORLD_SIZE", 4), ("SMB_LOCAL_SIZE", 4),
                                     ("GROUP_RANK", 0), ("MASTER_ADDR", "127.0.0.1"),
+                                    ("HOROVOD_RANK", rank), ("HOROVOD_SIZE", 4),
+                                    ("HOROVOD_LOCAL_RANK", rank), ("HOROVOD_LOCAL_SIZE", 4),
+                                    ("HOROVOD_CROSS_RANK", 0), ("HOROVOD_CROSS_SIZE", 1),
                                     ("OUT", self.tmp)):
                     self.assertEqual(env.get(name), str(value), name)
                 with open(os.path.join(self.tmp, f"write.{rank}.log")) as f:

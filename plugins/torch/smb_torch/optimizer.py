@@ -99,11 +99,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return hook
 
     def _gradient(self, p):
+        """The tensor to reduce: p.grad, or its dense copy under
+        sparse_as_dense (p.grad itself stays sparse, as SparseAdam needs)."""
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse and self._sparse_as_dense:
-            p.grad = p.grad.to_dense()
+            return p.grad.to_dense()
         return p.grad
+
+    @staticmethod
+    def _store_gradient(p, reduced):
+        """Puts a reduced gradient back, in p.grad's own layout."""
+        if p.grad.is_sparse:
+            p.grad = reduced if reduced.is_sparse else reduced.to_sparse()
+        else:
+            p.grad.set_(reduced)
 
     def _allreduce_grad_async(self, p):
         name = self._parameter_names.get(p)
@@ -158,15 +168,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             output = handle() if callable(handle) else synchronize(handle)
             if isinstance(info, list):  # a group: (param, ctx, compressed) each
                 for q, ctx, c in info:
-                    q.grad.set_(self._compression.decompress(c, ctx))
+                    self._store_gradient(q, self._compression.decompress(c, ctx))
                     self._allreduce_delay[q] = self.backward_passes_per_step
                 continue
             self._allreduce_delay[p] = self.backward_passes_per_step
             if callable(handle):  # sparse
-                p.grad.zero_().add_(output if output.is_sparse else output.to_sparse())
+                self._store_gradient(p, output)
             else:
                 ctx, compressed = info
-                p.grad.set_(self._compression.decompress(compressed, ctx))
+                self._store_gradient(p, self._compression.decompress(compressed, ctx))
         for p in self._requires_update:
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._handles.clear()

@@ -58,8 +58,9 @@ ucp_request_param_t callback_param(OpContext* ctx) {
 
 // ---------------------------------------------------------------- transport
 
-UcxClientTransport::UcxClientTransport()
-    : context_(make_context("libsmb")),
+UcxClientTransport::UcxClientTransport(DataProtocol protocol)
+    : protocol_(protocol),
+      context_(make_context("libsmb")),
       worker_(make_worker(context_.get(), UCS_THREAD_MODE_SERIALIZED)),
       address_(worker_address(worker_.get())) {
   ucp_am_handler_param_t param{};
@@ -74,9 +75,8 @@ UcxClientTransport::UcxClientTransport()
 
 UcxClientTransport::~UcxClientTransport() = default;
 
-std::unique_ptr<Channel> UcxClientTransport::connect(const Bytes& server_address, const std::string& peer,
-                                                     DataProtocol protocol) {
-  return std::make_unique<UcxChannel>(*this, server_address, peer, protocol);
+std::unique_ptr<Channel> UcxClientTransport::connect(const Bytes& server_address, const std::string& peer) {
+  return std::make_unique<UcxChannel>(*this, server_address, peer, protocol_);
 }
 
 void UcxClientTransport::progress() {
@@ -330,6 +330,16 @@ UcxChannel::~UcxChannel() {
   transport_.fail_pending(this, Errc::server_gone, "server " + peer_ + ": connection closed");
   if (ep_ != nullptr) close_endpoint(transport_.worker_.get(), ep_, failed_ || !peer_failure_detected_);
   if (assisted_ep_ != nullptr) close_endpoint(transport_.worker_.get(), assisted_ep_, failed_);
+}
+
+ChannelCaps UcxChannel::caps() const {
+  return ChannelCaps{
+      .native_atomics = !am_atomics_,
+      .detects_peer_failure = peer_failure_detected_,
+      .registration_helps = false,
+      // Eager active messages, reassembled by UCX (rendezvous is off, see ucx_handles.cpp).
+      .max_call_payload = 4u << 20,
+  };
 }
 
 std::string UcxChannel::describe() const {

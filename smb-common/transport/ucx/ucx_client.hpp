@@ -16,19 +16,29 @@ namespace smb::transport::ucx {
 
 class UcxChannel;
 
+// How bytes move between a client and one server (option "protocol", else
+// SMB_DATA_PROTOCOL):
+//  rma: one-sided put/get/atomics (shared memory via CMA, InfiniBand/RoCE).
+//  am:  active messages that the server copies into its memory; faster where
+//       UCX only emulates RMA in software (TCP).
+//  automatic: rma when UCX's RMA lanes to that server are not emulated, else am.
+enum class DataProtocol { automatic, rma, am };
+DataProtocol data_protocol(const TransportOptions& options);
+
 class UcxClientTransport final : public ClientTransport {
  public:
-  UcxClientTransport();
+  explicit UcxClientTransport(DataProtocol protocol = DataProtocol::automatic);
   ~UcxClientTransport() override;
 
   std::string name() const override { return "ucx"; }
   const Bytes& address() const override { return address_; }
-  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
-                                   DataProtocol protocol) override;
+  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer) override;
   void progress() override;
   void abandon(const Completion& completion) override;
   // UCX registers (and caches) caller memory itself.
-  std::uint64_t register_memory(void* /*base*/, std::size_t /*length*/) override { return 0; }
+  std::optional<std::uint64_t> register_memory(void* /*base*/, std::size_t /*length*/) override {
+    return std::nullopt;
+  }
   void unregister_memory(std::uint64_t /*handle*/) override {}
 
  private:
@@ -65,6 +75,7 @@ class UcxClientTransport final : public ClientTransport {
   std::unordered_map<std::uint64_t, PendingAm> pending_;
   std::unordered_map<std::uint64_t, std::unique_ptr<SendContext>> sends_;  // by token
   std::uint64_t next_token_ = 1;
+  DataProtocol protocol_;
   ContextPtr context_;
   WorkerPtr worker_;
   Bytes address_;
@@ -104,11 +115,9 @@ class UcxChannel final : public Channel {
                     const CompletionPtr& completion) override;
   void call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
             const CompletionPtr& completion) override;
-  // Eager active messages, reassembled by UCX (rendezvous is off, see ucx_handles.cpp).
-  std::size_t max_call_payload() const override { return 4u << 20; }
+  ChannelCaps caps() const override;
   void peer_lost(const std::string& reason) override;
   std::optional<std::string> failure() const override;
-  bool detects_peer_failure() const override { return peer_failure_detected_; }
 
  private:
   friend class UcxClientTransport;

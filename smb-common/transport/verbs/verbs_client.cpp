@@ -75,10 +75,7 @@ Errc errc_of(ibv_wc_status status) {
 VerbsClientTransport::VerbsClientTransport() = default;
 VerbsClientTransport::~VerbsClientTransport() = default;
 
-std::unique_ptr<Channel> VerbsClientTransport::connect(const Bytes& server_address, const std::string& peer,
-                                                       DataProtocol protocol) {
-  if (protocol == DataProtocol::am)
-    spdlog::warn("libsmb: the verbs transport is one-sided only; ignoring data protocol 'am'");
+std::unique_ptr<Channel> VerbsClientTransport::connect(const Bytes& server_address, const std::string& peer) {
   return std::make_unique<VerbsChannel>(*this, decode_address(server_address, peer), peer);
 }
 
@@ -100,7 +97,7 @@ void VerbsClientTransport::abandon(const Completion& completion) {
   for (auto* c : channels_) c->drop(completion);
 }
 
-std::uint64_t VerbsClientTransport::register_memory(void* base, std::size_t length) {
+std::optional<std::uint64_t> VerbsClientTransport::register_memory(void* base, std::size_t length) {
   if (base == nullptr || length == 0) throw Error(Errc::invalid_argument, "register_memory: empty region");
   std::lock_guard lock(mutex_);
   const std::uint64_t handle = next_region_++;
@@ -479,13 +476,22 @@ std::uint32_t VerbsChannel::registered(const void* p, std::size_t length) const 
 
 // ---------------------------------------------------------------- calls
 
-std::size_t VerbsChannel::max_call_payload() const { return kCallMessage - sizeof(CallHeader) - kCallFrameRoom; }
+ChannelCaps VerbsChannel::caps() const {
+  return ChannelCaps{
+      .native_atomics = true,
+      // An RC QP errors out when the server stops answering, and rdma_cm
+      // reports its disconnect: no need to watch the control connection.
+      .detects_peer_failure = true,
+      .registration_helps = true,
+      .max_call_payload = kCallMessage - sizeof(CallHeader) - kCallFrameRoom,
+  };
+}
 
 void VerbsChannel::call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
                         const CompletionPtr& completion) {
   std::lock_guard lock(transport_.mutex_);
   if (!usable(completion, "call")) return;
-  if (frame.size() > kCallFrameRoom || payload.size() > max_call_payload())
+  if (frame.size() > kCallFrameRoom || payload.size() > caps().max_call_payload)
     return completion->finish(Errc::invalid_argument, "server " + peer_ + ": call too large for one message");
   const std::uint64_t token = next_token_++;
   calls_.emplace(token, PendingCall{completion, reply});

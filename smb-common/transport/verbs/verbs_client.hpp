@@ -35,13 +35,12 @@ class VerbsClientTransport final : public ClientTransport {
 
   std::string name() const override { return "verbs"; }
   const Bytes& address() const override { return address_; }
-  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
-                                   DataProtocol protocol) override;
+  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer) override;
   void progress() override;
   void abandon(const Completion& completion) override;
   // Registers the region with every channel's protection domain, now and
   // for channels opened later.
-  std::uint64_t register_memory(void* base, std::size_t length) override;
+  std::optional<std::uint64_t> register_memory(void* base, std::size_t length) override;
   void unregister_memory(std::uint64_t handle) override;
 
  private:
@@ -87,12 +86,9 @@ class VerbsChannel final : public Channel {
                     const CompletionPtr& completion) override;
   void call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
             const CompletionPtr& completion) override;
-  std::size_t max_call_payload() const override;
+  ChannelCaps caps() const override;
   void peer_lost(const std::string& reason) override;
   std::optional<std::string> failure() const override;
-  // An RC QP errors out when the server stops answering, and rdma_cm reports
-  // its disconnect: no need to watch the control connection.
-  bool detects_peer_failure() const override { return true; }
 
  private:
   friend class VerbsClientTransport;

@@ -2,7 +2,8 @@
 
 Where the rank comes from, in order: init()'s arguments; Open MPI's
 variables under mpirun (OMPI_COMM_WORLD_*), so that rank() matches
-OMPI_COMM_WORLD_RANK; smbrun's SMB_*; torchrun's RANK, WORLD_SIZE,
+OMPI_COMM_WORLD_RANK; smbrun's SMB_*; horovodrun's HOROVOD_RANK, ...
+(so a script started by `horovodrun --gloo` runs too); torchrun's RANK, WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE; Slurm's SLURM_PROCID, SLURM_NTASKS,
 SLURM_LOCALID. Without any, a single process (rank 0 of 1). The workers of
 one node form a group (local_rank, local_size); SMB_TORCH_GROUP_SIZE=N
@@ -47,11 +48,12 @@ def _env_int(*names):
 
 
 def _topology(rank, size, local_rank, local_size):
-    env_rank = _env_int("OMPI_COMM_WORLD_RANK", "SMB_RANK", "RANK", "PMI_RANK", "SLURM_PROCID")
-    env_size = _env_int("OMPI_COMM_WORLD_SIZE", "SMB_SIZE", "WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
-    env_local_rank = _env_int("OMPI_COMM_WORLD_LOCAL_RANK", "SMB_LOCAL_RANK", "LOCAL_RANK", "MPI_LOCALRANKID",
-                              "SLURM_LOCALID")
-    env_local_size = _env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "SMB_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS")
+    env_rank = _env_int("OMPI_COMM_WORLD_RANK", "SMB_RANK", "HOROVOD_RANK", "RANK", "PMI_RANK", "SLURM_PROCID")
+    env_size = _env_int("OMPI_COMM_WORLD_SIZE", "SMB_SIZE", "HOROVOD_SIZE", "WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+    env_local_rank = _env_int("OMPI_COMM_WORLD_LOCAL_RANK", "SMB_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "LOCAL_RANK",
+                              "MPI_LOCALRANKID", "SLURM_LOCALID")
+    env_local_size = _env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "SMB_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE",
+                              "LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS")
     rank = env_rank if rank is None else rank
     size = env_size if size is None else size
     if rank is None or size is None:
@@ -62,7 +64,7 @@ def _topology(rank, size, local_rank, local_size):
         local_size = int(os.environ["SLURM_NTASKS_PER_NODE"])
     if local_rank is None or local_size is None:
         local_rank, local_size = rank, size  # one node
-    cross_rank = _env_int("GROUP_RANK", "SMB_NODE_RANK")
+    cross_rank = _env_int("GROUP_RANK", "SMB_NODE_RANK", "HOROVOD_CROSS_RANK")
     group = os.environ.get("SMB_TORCH_GROUP_SIZE", "")
     if group.isdigit() and int(group) > 0 and size % int(group) == 0:
         # Groups other than the nodes (e.g. 2 groups of 2 on one machine).
@@ -81,6 +83,8 @@ def _job_id(size):
     for name in ("SMB_JOB_ID", "OMPI_MCA_ess_base_jobid", "TORCHELASTIC_RUN_ID"):
         if env.get(name):
             return name.split("_")[0].lower() + "-" + env[name]
+    if env.get("HOROVOD_GLOO_RENDEZVOUS_PORT"):
+        return f"horovodrun-{env.get('HOROVOD_GLOO_RENDEZVOUS_ADDR', '')}-{env['HOROVOD_GLOO_RENDEZVOUS_PORT']}"
     if env.get("SLURM_JOB_ID"):
         return f"slurm-{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '0')}"
     if size == 1:

@@ -1248,6 +1248,21 @@ class T11DistributedOptimizer(Case):
             (e(lookup(self.rank)) ** 2).sum().backward()
             opt.step()
             torch.testing.assert_close(e.weight.detach(), expected, msg=f"sparse_as_dense={sparse_as_dense}")
+            self.assertTrue(e.weight.grad.is_sparse, "the reduced gradient keeps p.grad's sparse layout")
+
+    def test_sparse_adam(self):
+        """SparseAdam takes only sparse gradients: they stay sparse through
+        the reduction, also under sparse_as_dense (as in Horovod)."""
+        for sparse_as_dense in (False, True):
+            e = torch.nn.Embedding(10, 3, sparse=True)
+            before = e.weight.detach().clone()
+            opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(e.parameters()), lr=0.1),
+                                           named_parameters=[(f"adam.{sparse_as_dense}", e.weight)],
+                                           sparse_as_dense=sparse_as_dense)
+            e(torch.tensor([1, 4, 4 + self.rank])).sum().backward()
+            opt.step()
+            moved = (e.weight.detach() != before).any(dim=1).nonzero().flatten().tolist()
+            self.assertEqual(moved, sorted({1, 4} | {4 + r for r in range(self.size)}))
 
     def test_unused_layer_on_one_rank(self):
         """Rank 0 never uses fc3: step() does not hang, and fc3 moves by the

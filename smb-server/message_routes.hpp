@@ -1,0 +1,57 @@
+#pragma once
+// Where every control message is served: one table (message_routes.cpp),
+// one entry per message type. An entry says by which paths the message may
+// arrive (a control connection, a data-path call), where its handler runs
+// (the io thread, the worker pool) and which handler serves it. Adding a
+// message is adding an entry; a type without one, or one arriving by a path
+// its entry does not allow, is refused with a protocol error (never answered
+// with another message's reply).
+#include "coordination.hpp"
+#include "request_handler.hpp"
+
+#include <boost/asio.hpp>
+
+namespace smb::server {
+
+// Paths a request may arrive by (bit flags).
+enum Arrival : unsigned {
+  kControl = 1,  // a control connection (has a session)
+  kCall = 2,     // a data-path call (transport.hpp): no session
+};
+
+enum class RunsOn {
+  io_thread,    // the control server's thread, where coordination lives
+  worker_pool,  // off the io thread: bulk work (vector ops)
+};
+
+// What handlers reach.
+struct Services {
+  boost::asio::io_context& io;
+  RequestHandler& requests;
+  Coordination& coordination;
+};
+
+struct Request {
+  SessionId session = 0;  // 0 for calls
+  std::uint16_t type = 0;
+  protocol::Body body;
+  transport::Bytes payload;  // a call's raw payload (a vector op's x)
+};
+
+// Answers through `reply`, exactly once, now or later (coordination); it may
+// throw, and its caller turns that into an error reply. Replies are sent on
+// the io thread.
+using Handler = void (*)(Services& services, Request& request, const ReplyFn& reply);
+
+struct Route {
+  protocol::MessageType type;
+  unsigned arrivals;  // Arrival bits
+  RunsOn runs_on;
+  Handler handler;
+};
+
+// The route of `type` arriving by `path` (kControl or kCall). Throws
+// Errc::protocol for an unknown type or one not served by that path.
+const Route& route_for(std::uint16_t type, Arrival path);
+
+}  // namespace smb::server

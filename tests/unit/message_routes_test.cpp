@@ -1,0 +1,53 @@
+// The routing table (smb-server/message_routes.hpp): every message has one
+// route, and a message arriving by a path its route does not allow is a
+// protocol error, never another message's reply.
+#include "message_routes.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace smb::server {
+namespace {
+
+using protocol::MessageType;
+
+constexpr std::uint16_t type_of(MessageType t) { return static_cast<std::uint16_t>(t); }
+
+TEST(MessageRoutes, EveryMessageHasItsOwnRoute) {
+  for (std::uint16_t t = type_of(MessageType::hello); t <= type_of(MessageType::barrier); ++t) {
+    const Route& route = route_for(t, kControl);
+    EXPECT_EQ(type_of(route.type), t) << protocol::message_name(t);
+    EXPECT_NE(route.handler, nullptr) << protocol::message_name(t);
+  }
+}
+
+TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
+  for (auto t : {MessageType::vector_op, MessageType::get_version, MessageType::wait_version})
+    EXPECT_EQ(route_for(type_of(t), kCall).type, t);
+  EXPECT_EQ(route_for(type_of(MessageType::vector_op), kCall).runs_on, RunsOn::worker_pool);
+  for (auto t : {MessageType::hello, MessageType::lock, MessageType::barrier, MessageType::destroy}) {
+    try {
+      route_for(type_of(t), kCall);
+      ADD_FAILURE() << protocol::message_name(type_of(t)) << " was routed as a call";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::protocol);
+      EXPECT_NE(std::string(e.what()).find("not served over the data path"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(MessageRoutes, UnknownTypesAreProtocolErrors) {
+  for (int t : {0, type_of(MessageType::barrier) + 1, 0x7fff, 0xffff}) {
+    try {
+      route_for(static_cast<std::uint16_t>(t), kControl);
+      ADD_FAILURE() << "type " << t << " was routed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::protocol);
+      EXPECT_NE(std::string(e.what()).find("unknown control message type"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace smb::server
