@@ -171,7 +171,8 @@ int smb_compare_swap(smb_buffer* b, uint64_t offset, uint64_t expected, uint64_t
     need(old_value, "smb_compare_swap: old_value") = buffer.buffer.compare_swap(offset, expected, desired);
   });
 }
-int smb_apply(smb_buffer* b, int op, int type, uint64_t offset, uint64_t count, double alpha, const void* x) {
+int smb_apply(smb_buffer* b, smb_vector_op op, smb_dtype type, uint64_t offset, uint64_t count, double alpha,
+              const void* x) {
   return guarded([&] {
     const auto o = vector_op(op);
     const auto t = dtype(type);
@@ -179,7 +180,7 @@ int smb_apply(smb_buffer* b, int op, int type, uint64_t offset, uint64_t count, 
     need(b, "smb_apply: buffer").buffer.apply(o, t, offset, count, alpha, in(x, bytes));
   });
 }
-int smb_apply_from(smb_buffer* b, int op, int type, uint64_t offset, uint64_t count, double alpha,
+int smb_apply_from(smb_buffer* b, smb_vector_op op, smb_dtype type, uint64_t offset, uint64_t count, double alpha,
                    const smb_buffer* source, uint64_t source_offset) {
   return guarded([&] {
     need(b, "smb_apply_from: buffer")
@@ -231,5 +232,9 @@ int smb_register_memory(smb_client* client, void* base, size_t bytes, smb_regist
 }
 void smb_unregister_memory(smb_registration* registration) { std::unique_ptr<smb_registration> owned(registration); }
 const char* smb_last_error(void) { return last_error.c_str(); }
+const char* smb_errc_name(int code) {
+  if (code < SMB_OK || code > SMB_EINTERNAL) return "unknown error";
+  return smb::errc_name(static_cast<smb::Errc>(code));
+}
 
 }  // extern "C"

@@ -31,6 +31,13 @@ struct ServerLink {
 };
 }  // namespace client
 
+// Declared in smb::detail by the public header (which names them only as
+// the pimpl of Client and Buffer); libsmb's own code says them unqualified.
+using detail::BufferCore;
+using detail::ClientCore;
+
+namespace detail {
+
 class ClientCore : public std::enable_shared_from_this<ClientCore> {
  public:
   explicit ClientCore(ClientOptions options);
@@ -94,6 +101,8 @@ class BufferCore {
   std::vector<client::ServerLink*> links_;  // per layout server
   std::once_flag closed_;
 };
+
+}  // namespace detail
 
 struct Lock::State {
   std::shared_ptr<ClientCore> client;  // keeps the connection's pool alive

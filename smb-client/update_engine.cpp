@@ -10,13 +10,14 @@
 //   NAME/nccl-id/G     GPU groups: the NCCL id the root hands its members
 // GPU groups (cuda_device >= 0) replace the group's slots with NCCL
 // (gpu/gpu_group.hpp); the root exchanges through a host copy of W.
-#include <smb/update_engine.hpp>
+#include "engine_core.hpp"
 
 #include "gpu/gpu_group.hpp"
 
 #include <stdexcept>
 
 namespace smb {
+namespace detail {
 
 namespace {
 
@@ -25,7 +26,7 @@ std::span<std::byte> bytes_of(std::span<float> v) { return std::as_writable_byte
 
 }  // namespace
 
-UpdateEngine::UpdateEngine(Client& client, EngineConfig config)
+EngineCore::EngineCore(Client& client, EngineConfig config)
     : client_(client), config_(std::move(config)), bytes_(config_.parameters * sizeof(float)) {
   const auto& c = config_;
   auto bad = [&](const std::string& why) { throw Error(Errc::invalid_argument, "update engine '" + c.name + "': " + why); };
@@ -40,7 +41,7 @@ UpdateEngine::UpdateEngine(Client& client, EngineConfig config)
   scratch_.resize(static_cast<std::size_t>(c.parameters) * (gpu_ ? 1 : c.group_size));
 }
 
-UpdateEngine::~UpdateEngine() {
+EngineCore::~EngineCore() {
   try {
     finish_pending();
   } catch (const Error&) {
@@ -48,19 +49,19 @@ UpdateEngine::~UpdateEngine() {
   }
 }
 
-std::string UpdateEngine::barrier_name(const std::string& what) const {
+std::string EngineCore::barrier_name(const std::string& what) const {
   return config_.name + "/g" + std::to_string(config_.group) + "/" + what;
 }
 
-void UpdateEngine::group_barrier(const std::string& what) {
+void EngineCore::group_barrier(const std::string& what) {
   if (config_.group_size > 1) client_.barrier(barrier_name(what), config_.group_size, config_.timeout);
 }
 
-void UpdateEngine::finish_pending() {
+void EngineCore::finish_pending() {
   if (pending_.valid()) pending_.get();
 }
 
-void UpdateEngine::initialize(std::span<float> params) {
+void EngineCore::initialize(std::span<float> params) {
   if (params.size() != config_.parameters) throw Error(Errc::invalid_argument, "initialize: wrong parameter count");
   const auto& c = config_;
   const std::string group = std::to_string(c.group);
@@ -92,7 +93,7 @@ void UpdateEngine::initialize(std::span<float> params) {
   if (c.mode == UpdateMode::downpour && root()) last_pull_.assign(host.begin(), host.end());
 }
 
-void UpdateEngine::allreduce(std::span<float> grads) {
+void EngineCore::allreduce(std::span<float> grads) {
   if (grads.size() != config_.parameters) throw Error(Errc::invalid_argument, "allreduce: wrong parameter count");
   if (gpu_) {
     gpu_->check_device_span(grads, "allreduce");
@@ -113,7 +114,7 @@ void UpdateEngine::allreduce(std::span<float> grads) {
   group_barrier("allreduce-read");  // nobody overwrites a slot before all have read it
 }
 
-void UpdateEngine::after_step(std::span<float> params) {
+void EngineCore::after_step(std::span<float> params) {
   if (params.size() != config_.parameters) throw Error(Errc::invalid_argument, "after_step: wrong parameter count");
   if (gpu_) gpu_->check_device_span(params, "after_step");
   if (++steps_ % config_.tau != 0) return;
@@ -130,7 +131,7 @@ void UpdateEngine::after_step(std::span<float> params) {
   broadcast_in_group(params);
 }
 
-void UpdateEngine::exchange(std::span<float> params) {
+void EngineCore::exchange(std::span<float> params) {
   const std::uint64_t n = config_.parameters;
   auto wg = std::span<float>(scratch_).first(n);
   finish_pending();  // the delta area is free again, and errors surface here
@@ -175,7 +176,7 @@ void UpdateEngine::exchange(std::span<float> params) {
   ++exchanges_;
 }
 
-void UpdateEngine::broadcast_in_group(std::span<float> params) {
+void EngineCore::broadcast_in_group(std::span<float> params) {
   if (config_.group_size == 1) return;
   const std::uint64_t slot = config_.group_size * bytes_;
   if (root()) group_area_.write(slot, bytes_of(std::span<const float>(params)));
@@ -184,7 +185,7 @@ void UpdateEngine::broadcast_in_group(std::span<float> params) {
   group_barrier("broadcast-read");
 }
 
-void UpdateEngine::global_weights(std::span<float> out) {
+void EngineCore::global_weights(std::span<float> out) {
   if (out.size() != config_.parameters) throw Error(Errc::invalid_argument, "global_weights: wrong parameter count");
   if (gpu_) gpu_->check_device_span(out, "global_weights");
   finish_pending();
@@ -195,5 +196,15 @@ void UpdateEngine::global_weights(std::span<float> out) {
   }
   global_.read(0, bytes_of(out));
 }
+
+}  // namespace detail
+
+UpdateEngine::UpdateEngine(Client& client, EngineConfig config)
+    : core_(std::make_unique<detail::EngineCore>(client, std::move(config))) {}
+UpdateEngine::~UpdateEngine() = default;
+void UpdateEngine::initialize(std::span<float> params) { core_->initialize(params); }
+void UpdateEngine::allreduce(std::span<float> grads) { core_->allreduce(grads); }
+void UpdateEngine::after_step(std::span<float> params) { core_->after_step(params); }
+void UpdateEngine::global_weights(std::span<float> out) { core_->global_weights(out); }
 
 }  // namespace smb

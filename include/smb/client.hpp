@@ -1,15 +1,16 @@
 #pragma once
-// libsmb: the client of the Soft Memory Box fabric.
-//
-// A Client connects to a set of smbd memory servers. A Buffer is a named
-// shared region striped over those servers (stripe i lives on server
-// i mod N), reachable from any process that knows the name.
-//
-// Visibility: a write is visible to every other client once write() returns,
-// or once the Request returned by write_async() has completed (wait() or
-// test() returned true). Reads issued after that see the data. Two writes
-// to overlapping bytes that are in flight at the same time land in no
-// defined order; atomics on one 8-byte word are atomic across all clients.
+/// @file
+/// libsmb: the client of the Soft Memory Box fabric.
+///
+/// A Client connects to a set of smbd memory servers. A Buffer is a named
+/// shared region striped over those servers (stripe i lives on server
+/// i mod N), reachable from any process that knows the name.
+///
+/// Visibility: a write is visible to every other client once write() returns,
+/// or once the Request returned by write_async() has completed (wait() or
+/// test() returned true). Reads issued after that see the data. Two writes
+/// to overlapping bytes that are in flight at the same time land in no
+/// defined order; atomics on one 8-byte word are atomic across all clients.
 #include <smb/error.hpp>
 #include <smb/vector_ops.hpp>
 
@@ -27,36 +28,36 @@
 namespace smb {
 
 struct ClientOptions {
-  // "host:port" of every memory server. Empty: read SMB_SERVERS.
+  /// "host:port" of every memory server. Empty: read SMB_SERVERS.
   std::vector<std::string> servers;
-  // Upper bound on any single wait (connect, control reply, data op).
+  /// Upper bound on any single wait (connect, control reply, data op).
   std::chrono::milliseconds timeout{std::chrono::seconds(15)};
-  // Transport name, one of SMB_TRANSPORTS (smb/config.h); empty: SMB_TRANSPORT or "ucx".
+  /// Transport name, one of SMB_TRANSPORTS (smb/config.h); empty: SMB_TRANSPORT or "ucx".
   std::string transport;
-  // Settings of that transport as key -> value, e.g. {"protocol", "am"} for
-  // UCX's data protocol (docs/transports.md lists them); a key the transport
-  // does not know is an error.
+  /// Settings of that transport as key -> value, e.g. {"protocol", "am"} for
+  /// UCX's data protocol (docs/architecture.md, "The transport abstraction"); a key the transport
+  /// does not know is an error.
   std::map<std::string, std::string> transport_options;
 };
 
 struct BufferOptions {
-  std::uint64_t stripe_unit = 1u << 20;  // bytes per stripe, multiple of 8
-  // Servers to stripe over, as "host:port"; empty: all of the client's.
+  std::uint64_t stripe_unit = 1u << 20;  ///< bytes per stripe, multiple of 8
+  /// Servers to stripe over, as "host:port"; empty: all of the client's.
   std::vector<std::string> servers;
 };
 
-// Where a buffer's bytes live.
+/// Where a buffer's bytes live.
 struct Layout {
   std::string name;
   std::uint64_t size = 0;
   std::uint64_t stripe_unit = 0;
-  std::vector<std::string> servers;     // in stripe order
-  std::vector<std::uint64_t> shares;    // bytes held by each server
+  std::vector<std::string> servers;     ///< in stripe order
+  std::vector<std::uint64_t> shares;    ///< bytes held by each server
 };
 
 struct BufferSummary {
   std::string name;
-  std::uint64_t bytes = 0;       // bytes held on that server
+  std::uint64_t bytes = 0;       ///< bytes held on that server
   std::uint32_t open_handles = 0;
 };
 
@@ -71,15 +72,15 @@ struct ServerStatus {
   std::vector<BufferSummary> buffers;
 };
 
-// An asynchronous operation. Move-only; completes once.
+/// An asynchronous operation. Move-only; completes once.
 class Request {
  public:
   struct State;
   Request() = default;
   explicit Request(std::shared_ptr<State> state) : state_(std::move(state)) {}
-  // Drives progress until done; throws smb::Error on failure or timeout.
+  /// Drives progress until done; throws smb::Error on failure or timeout.
   void wait();
-  // Drives progress once; true when done (throws if it failed).
+  /// Drives progress once; true when done (throws if it failed).
   bool test();
   bool valid() const noexcept { return static_cast<bool>(state_); }
 
@@ -87,13 +88,15 @@ class Request {
   std::shared_ptr<State> state_;
 };
 
+namespace detail {  // libsmb's internals, behind Client and Buffer
 class ClientCore;
 class BufferCore;
+}  // namespace detail
 
 class Buffer {
  public:
   Buffer() = default;
-  explicit Buffer(std::shared_ptr<BufferCore> core) : core_(std::move(core)) {}
+  explicit Buffer(std::shared_ptr<detail::BufferCore> core) : core_(std::move(core)) {}
   ~Buffer();
   Buffer(Buffer&&) noexcept = default;
   Buffer& operator=(Buffer&&) noexcept = default;
@@ -107,46 +110,46 @@ class Buffer {
 
   void write(std::uint64_t offset, std::span<const std::byte> data);
   void read(std::uint64_t offset, std::span<std::byte> out);
-  // The spans must stay valid until the Request completes.
+  /// The spans must stay valid until the Request completes.
   Request write_async(std::uint64_t offset, std::span<const std::byte> data);
   Request read_async(std::uint64_t offset, std::span<std::byte> out);
 
-  // 64-bit atomics on the word at `offset` (8-byte aligned); return the old value.
+  /// 64-bit atomics on the word at `offset` (8-byte aligned); return the old value.
   std::uint64_t fetch_add(std::uint64_t offset, std::uint64_t value);
   std::uint64_t compare_swap(std::uint64_t offset, std::uint64_t expected, std::uint64_t desired);
 
-  // Server-side vector op on `count` elements of `type` at byte `offset`
-  // (element aligned): every server holding part of the region applies the op
-  // to its part, all in parallel; returns once all have. Ops on one server's
-  // part of a buffer apply one at a time, so concurrent accumulates from many
-  // clients never lose an update. `x` holds count elements (empty for scale).
+  /// Server-side vector op on `count` elements of `type` at byte `offset`
+  /// (element aligned): every server holding part of the region applies the op
+  /// to its part, all in parallel; returns once all have. Ops on one server's
+  /// part of a buffer apply one at a time, so concurrent accumulates from many
+  /// clients never lose an update. `x` holds count elements (empty for scale).
   void apply(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
              std::span<const std::byte> x = {});
-  // The same with x in `source` at byte `source_offset`, e.g. a worker's
-  // delta area written with write(). `source` must be striped like this
-  // buffer (same servers, same stripe unit) and source_offset - offset a
-  // multiple of stripe unit * servers, so that x lies on the same servers.
+  /// The same with x in `source` at byte `source_offset`, e.g. a worker's
+  /// delta area written with write(). `source` must be striped like this
+  /// buffer (same servers, same stripe unit) and source_offset - offset a
+  /// multiple of stripe unit * servers, so that x lies on the same servers.
   void apply_from(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
                   const Buffer& source, std::uint64_t source_offset);
 
-  // Every applied vector op advances the version of each server's part it
-  // touched; a buffer's version is the least over its servers, so an op over
-  // the whole buffer advances it by one.
+  /// Every applied vector op advances the version of each server's part it
+  /// touched; a buffer's version is the least over its servers, so an op over
+  /// the whole buffer advances it by one.
   std::uint64_t version();
-  // Returns once version() >= `version` (the servers notify; no polling), or
-  // throws Errc::timeout. Returns the version reached.
+  /// Returns once version() >= `version` (the servers notify; no polling), or
+  /// throws Errc::timeout. Returns the version reached.
   std::uint64_t wait_version(std::uint64_t version, std::chrono::milliseconds timeout);
 
-  // Releases this handle on every server (also done by the destructor).
+  /// Releases this handle on every server (also done by the destructor).
   void close();
 
  private:
-  std::shared_ptr<BufferCore> core_;
+  std::shared_ptr<detail::BufferCore> core_;
 };
 
-// A held lock (Client::lock). Move-only; unlock() or the destructor
-// releases it. If the holder dies, the lock is released as its connection
-// closes; if it hangs, when its lease runs out.
+/// A held lock (Client::lock). Move-only; unlock() or the destructor
+/// releases it. If the holder dies, the lock is released as its connection
+/// closes; if it hangs, when its lease runs out.
 class Lock {
  public:
   struct State;
@@ -155,8 +158,8 @@ class Lock {
   ~Lock();
   Lock(Lock&&) noexcept = default;
   Lock& operator=(Lock&&) noexcept;
-  // Throws Errc::not_found if the lease had already expired (someone else
-  // may have held the lock since: what was done under it was not exclusive).
+  /// Throws Errc::not_found if the lease had already expired (someone else
+  /// may have held the lock since: what was done under it was not exclusive).
   void unlock();
   bool held() const noexcept { return static_cast<bool>(state_); }
 
@@ -164,14 +167,14 @@ class Lock {
   std::shared_ptr<State> state_;
 };
 
-// Caller memory registered with the fabric for zero-copy transfers
-// (Client::register_memory). Move-only; the destructor unregisters it.
-// While registered, writes and reads whose span lies inside it move bytes
-// straight between it and the servers where the transport can (native
-// verbs: the NIC reads and writes it in place instead of through the
-// transport's staging slots); UCX registers memory on its own and ignores it.
-// Unregister only once the ops on it have completed: an op that timed out
-// may still read or write it until then.
+/// Caller memory registered with the fabric for zero-copy transfers
+/// (Client::register_memory). Move-only; the destructor unregisters it.
+/// While registered, writes and reads whose span lies inside it move bytes
+/// straight between it and the servers where the transport can (native
+/// verbs: the NIC reads and writes it in place instead of through the
+/// transport's staging slots); UCX registers memory on its own and ignores it.
+/// Unregister only once the ops on it have completed: an op that timed out
+/// may still read or write it until then.
 class MemoryRegistration {
  public:
   struct State;
@@ -188,11 +191,11 @@ class MemoryRegistration {
 };
 
 struct LockOptions {
-  // The range locked; locks on one name conflict where their ranges overlap.
+  /// The range locked; locks on one name conflict where their ranges overlap.
   std::uint64_t offset = 0;
   std::uint64_t length = UINT64_MAX;
-  std::chrono::milliseconds lease{std::chrono::seconds(30)};    // lost after this unless unlocked
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // longest wait for the grant
+  std::chrono::milliseconds lease{std::chrono::seconds(30)};    ///< lost after this unless unlocked
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};  ///< longest wait for the grant
 };
 
 class Client {
@@ -204,17 +207,17 @@ class Client {
 
   Buffer create(std::string_view name, std::uint64_t size, const BufferOptions& options = {});
   Buffer open(std::string_view name);
-  // Opens the buffer, or creates it when nobody has yet (race-free).
+  /// Opens the buffer, or creates it when nobody has yet (race-free).
   Buffer open_or_create(std::string_view name, std::uint64_t size, const BufferOptions& options = {});
   void destroy(std::string_view name);
 
-  // A lock named `name` (a buffer's name, or any name), granted in FIFO
-  // order by the name's home server. Throws Errc::timeout if not granted in time.
+  /// A lock named `name` (a buffer's name, or any name), granted in FIFO
+  /// order by the name's home server. Throws Errc::timeout if not granted in time.
   Lock lock(std::string_view name, const LockOptions& options = {});
-  // Returns once `parties` processes (on any hosts) have called barrier()
-  // with this name. A participant that disconnects while others wait turns
-  // the barrier into an Errc::server_gone error for them; throws
-  // Errc::timeout when not all arrive in time.
+  /// Returns once `parties` processes (on any hosts) have called barrier()
+  /// with this name. A participant that disconnects while others wait turns
+  /// the barrier into an Errc::server_gone error for them; throws
+  /// Errc::timeout when not all arrive in time.
   void barrier(std::string_view name, std::uint32_t parties,
                std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
@@ -223,21 +226,21 @@ class Client {
   Layout info(std::string_view name);
 
   const std::vector<std::string>& servers() const;
-  // One line per server: transport, data protocol and the UCX lanes chosen.
+  /// One line per server: transport, data protocol and the UCX lanes chosen.
   std::vector<std::string> describe_paths() const;
 
-  // Registers `memory` (pins it) for zero-copy writes and reads; see
-  // MemoryRegistration. Throws Errc::invalid_argument for an empty span and
-  // Errc::transport when the system refuses (e.g. the locked-memory limit).
+  /// Registers `memory` (pins it) for zero-copy writes and reads; see
+  /// MemoryRegistration. Throws Errc::invalid_argument for an empty span and
+  /// Errc::transport when the system refuses (e.g. the locked-memory limit).
   MemoryRegistration register_memory(std::span<std::byte> memory);
 
  private:
-  std::shared_ptr<ClientCore> core_;
+  std::shared_ptr<detail::ClientCore> core_;
 };
 
-// Parses "64", "4K", "128M", "2G", "1T" (binary units). Throws smb::Error.
+/// Parses "64", "4K", "128M", "2G", "1T" (binary units). Throws smb::Error.
 std::uint64_t parse_size(std::string_view text);
-// Splits "h1:p1,h2:p2".
+/// Splits "h1:p1,h2:p2".
 std::vector<std::string> parse_server_list(std::string_view text);
 
 }  // namespace smb

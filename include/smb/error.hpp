@@ -1,6 +1,7 @@
 #pragma once
-// Errors raised by libsmb. Every message names the server, the buffer and the
-// operation involved, so that a user can tell what failed without a debugger.
+/// @file
+/// Errors raised by libsmb. Every message names the server, the buffer and the
+/// operation involved, so that a user can tell what failed without a debugger.
 #include <stdexcept>
 #include <string>
 
@@ -8,16 +9,16 @@ namespace smb {
 
 enum class Errc : int {
   ok = 0,
-  invalid_argument = 1,   // bad size, offset, alignment, name, option
-  out_of_range = 2,       // offset/size beyond the buffer
-  not_found = 3,          // unknown buffer name
-  already_exists = 4,     // name already taken
-  no_space = 5,           // a server has not enough free memory
-  unreachable = 6,        // cannot connect to a server
-  server_gone = 7,        // a connected server went away
-  timeout = 8,            // a wait ran past its deadline
-  protocol = 9,           // malformed or unexpected message
-  transport = 10,         // the transport (UCX, verbs) reported a failure
+  invalid_argument = 1,   ///< bad size, offset, alignment, name, option
+  out_of_range = 2,       ///< offset/size beyond the buffer
+  not_found = 3,          ///< unknown buffer name
+  already_exists = 4,     ///< name already taken
+  no_space = 5,           ///< a server has not enough free memory
+  unreachable = 6,        ///< cannot connect to a server
+  server_gone = 7,        ///< a connected server went away
+  timeout = 8,            ///< a wait ran past its deadline
+  protocol = 9,           ///< malformed or unexpected message
+  transport = 10,         ///< the transport (UCX, verbs) reported a failure
   internal = 11,
 };
 

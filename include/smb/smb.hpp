@@ -1,5 +1,6 @@
 #pragma once
-// Umbrella header of libsmb, the Soft Memory Box client library.
+/// @file
+/// Umbrella header of libsmb, the Soft Memory Box client library.
 #include <smb/client.hpp>
 #include <smb/config.h>
 #include <smb/error.hpp>

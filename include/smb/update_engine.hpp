@@ -1,61 +1,61 @@
 #pragma once
-// The update engine: data-parallel training over the fabric, framework
-// agnostic (a flat float parameter vector; plugins map tensors onto it).
-//
-// Workers form groups (e.g. the GPUs of one node). Every step, a group
-// averages its gradients synchronously (allreduce). Every `tau` steps the
-// group's root exchanges with global weights held in the fabric, by the
-// configured mode, and the group adopts the root's result:
-//   seasgd       elastic averaging (ETRI's SEASGD): dW = alpha (W - Wg);
-//                W -= dW; the servers add dW into Wg. Writing dW and the
-//                accumulate overlap with the next steps; reading Wg does not.
-//   downpour     asynchronous push of W - W_at_last_pull into Wg, then pull Wg.
-//   synchronous  every root pushes W / groups into a sum, barrier, all pull.
-// Global weights start as the first worker's (a broadcast through the
-// fabric); read the final averaged model with global_weights().
-//
-// GPU groups (EngineConfig::cuda_device >= 0, libsmb built with CUDA and
-// NCCL): every span given to the engine, `out` of global_weights() included,
-// is device memory on that device. The group averages and broadcasts with
-// NCCL; the root's exchange with the global weights goes through a host copy.
-// The engine's copies and collectives run on a stream of its own that waits
-// for the legacy default stream; work of the caller's on other streams must
-// be finished before a call. Calls return when the result is in the spans.
+/// @file
+/// The update engine: data-parallel training over the fabric, framework
+/// agnostic (a flat float parameter vector; plugins map tensors onto it).
+///
+/// Workers form groups (e.g. the GPUs of one node). Every step, a group
+/// averages its gradients synchronously (allreduce). Every `tau` steps the
+/// group's root exchanges with global weights held in the fabric, by the
+/// configured mode, and the group adopts the root's result:
+///   seasgd       elastic averaging (ETRI's SEASGD): dW = alpha (W - Wg);
+///                W -= dW; the servers add dW into Wg. Writing dW and the
+///                accumulate overlap with the next steps; reading Wg does not.
+///   downpour     asynchronous push of W - W_at_last_pull into Wg, then pull Wg.
+///   synchronous  every root pushes W / groups into a sum, barrier, all pull.
+/// Global weights start as the first worker's (a broadcast through the
+/// fabric); read the final averaged model with global_weights().
+///
+/// GPU groups (EngineConfig::cuda_device >= 0, libsmb built with CUDA and
+/// NCCL): every span given to the engine, `out` of global_weights() included,
+/// is device memory on that device. The group averages and broadcasts with
+/// NCCL; the root's exchange with the global weights goes through a host copy.
+/// The engine's copies and collectives run on a stream of its own that waits
+/// for the legacy default stream; work of the caller's on other streams must
+/// be finished before a call. Calls return when the result is in the spans.
 #include <smb/client.hpp>
 
+#include <chrono>
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <span>
 #include <string>
-#include <vector>
 
 namespace smb {
-
-namespace gpu {
-class GpuGroup;  // smb-client/gpu/: CUDA and NCCL, where libsmb is built with them
-}
 
 enum class UpdateMode { seasgd, downpour, synchronous };
 
 struct EngineConfig {
-  std::string name;               // prefix of the engine's buffers and barriers
-  std::uint64_t parameters = 0;   // floats in the parameter vector
+  std::string name;               ///< prefix of the engine's buffers and barriers
+  std::uint64_t parameters = 0;   ///< floats in the parameter vector
   std::uint32_t groups = 1;
-  std::uint32_t group = 0;        // this worker's group
+  std::uint32_t group = 0;        ///< this worker's group
   std::uint32_t group_size = 1;
-  std::uint32_t group_rank = 0;   // 0: the group's root
+  std::uint32_t group_rank = 0;   ///< 0: the group's root
   UpdateMode mode = UpdateMode::seasgd;
-  double alpha = 0.2;             // seasgd moving rate
-  std::uint32_t tau = 1;          // steps between exchanges with the global weights
-  std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // longest wait at a barrier
-  // -1: the spans are host memory, and the group reduces through the fabric.
-  // >= 0: the spans are device memory on this CUDA device, and the group
-  // all-reduces and broadcasts with NCCL. Needs libsmb built with CUDA
-  // (SMB_WITH_CUDA) and the device present: the constructor says which is
-  // missing (Errc::invalid_argument).
+  double alpha = 0.2;             ///< seasgd moving rate
+  std::uint32_t tau = 1;          ///< steps between exchanges with the global weights
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};  ///< longest wait at a barrier
+  /// -1: the spans are host memory, and the group reduces through the fabric.
+  /// >= 0: the spans are device memory on this CUDA device, and the group
+  /// all-reduces and broadcasts with NCCL. Needs libsmb built with CUDA
+  /// (SMB_WITH_CUDA) and the device present: the constructor says which is
+  /// missing (Errc::invalid_argument).
   int cuda_device = -1;
 };
+
+namespace detail {
+class EngineCore;  ///< smb-client/engine_core.hpp
+}
 
 class UpdateEngine {
  public:
@@ -64,40 +64,20 @@ class UpdateEngine {
   UpdateEngine(const UpdateEngine&) = delete;
   UpdateEngine& operator=(const UpdateEngine&) = delete;
 
-  // Collective over all workers: the first worker's `params` become the
-  // global weights and everyone's starting point.
+  /// Collective over all workers: the first worker's `params` become the
+  /// global weights and everyone's starting point.
   void initialize(std::span<float> params);
-  // Averages `grads` over the group (every member calls it every step).
+  /// Averages `grads` over the group (every member calls it every step).
   void allreduce(std::span<float> grads);
-  // After the local optimizer step: every tau steps the root exchanges with
-  // the global weights and the group adopts the root's parameters.
+  /// After the local optimizer step: every tau steps the root exchanges with
+  /// the global weights and the group adopts the root's parameters.
   void after_step(std::span<float> params);
-  // The global weights as they are now (waits for this worker's pending
-  // update). With cuda_device set, `out` is device memory too.
+  /// The global weights as they are now (waits for this worker's pending
+  /// update). With cuda_device set, `out` is device memory too.
   void global_weights(std::span<float> out);
 
  private:
-  bool root() const { return config_.group_rank == 0; }
-  std::string barrier_name(const std::string& what) const;
-  void group_barrier(const std::string& what);
-  void exchange(std::span<float> params);
-  void broadcast_in_group(std::span<float> params);
-  void finish_pending();
-
-  Client& client_;
-  EngineConfig config_;
-  std::uint64_t bytes_;
-  std::uint64_t steps_ = 0;
-  std::uint64_t exchanges_ = 0;
-  Buffer global_;
-  Buffer delta_;                   // this group's delta area (roots)
-  Buffer group_area_;              // group_size slots + a broadcast slot
-  Buffer sums_[2];                 // synchronous mode: alternating sums
-  std::vector<float> scratch_;
-  std::vector<float> push_;        // what the overlapped push sends (kept until it is done)
-  std::vector<float> last_pull_;   // downpour
-  std::future<void> pending_;      // seasgd/downpour: the overlapped push
-  std::unique_ptr<gpu::GpuGroup> gpu_;  // cuda_device >= 0: NCCL group, stream, host staging
+  std::unique_ptr<detail::EngineCore> core_;
 };
 
 }  // namespace smb

@@ -45,9 +45,8 @@ void check_options(const TransportEntry& entry, const TransportOptions& options)
       keys += (keys.empty() ? "'" : ", '") + std::string(o.key) + "'";
     }
     if (!known)
-      throw Error(Errc::invalid_argument, "transport '" + std::string(entry.name) + "' has no option '" + key +
-                                              "' (" + (keys.empty() ? std::string("it takes none") : "it takes " + keys) +
-                                              ")");
+      throw Error(Errc::invalid_argument, "transport '" + std::string(entry.name) + "' has no option '" + key + "' (" +
+                                              (keys.empty() ? std::string("it takes none") : "it takes " + keys) + ")");
   }
 }
 

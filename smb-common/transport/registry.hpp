@@ -23,8 +23,8 @@ struct TransportOption {
 };
 
 struct TransportEntry {
-  std::string_view name;     // "ucx", "verbs"
-  std::string_view summary;  // one line for --help
+  std::string_view name;                     // "ucx", "verbs"
+  std::string_view summary;                  // one line for --help
   std::span<const TransportOption> options;  // what TransportOptions it accepts
   std::unique_ptr<ServerTransport> (*make_server)(const TransportOptions& options);
   std::unique_ptr<ClientTransport> (*make_client)(const TransportOptions& options);

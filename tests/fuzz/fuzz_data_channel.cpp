@@ -3,9 +3,9 @@
 // segment table, and call messages (UCX and verbs) split into frame and
 // payload. The checked ops then really run on the segment's memory, so an
 // out-of-bounds access that a check let through is an ASan report.
-#include "transport/call_parts.hpp"
+#include "transport/call_wire.hpp"
 #include "transport/ucx/am_checks.hpp"
-#include "transport/verbs/call_wire.hpp"
+#include "transport/verbs/verbs_calls.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -51,19 +51,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     case 1: {  // atomic
       const auto h = read_header<AmAtomicHeader>(data, claimed);
-      if (h && check_atomic(segments.resolver, *h, access) == smb::Errc::ok) (void)apply_atomic(*h, access);
+      if (h && check_atomic(segments.resolver, atomic_request(*h), access) == smb::Errc::ok)
+        (void)apply_atomic(atomic_request(*h), access);
       break;
     }
     case 2: {  // a UCX call: header, then frame + payload as the message's data
-      const auto h = read_header<AmCallHeader>(data, claimed);
+      const auto h = read_header<CallHeader>(data, claimed);
       if (!h) break;
       const auto parts = split_call({data + claimed, size - claimed}, h->frame_length);
       if (parts && parts->frame.size() + parts->payload.size() != size - claimed) std::abort();
       break;
     }
     case 3: {  // a verbs call: one message, header first
-      if (size < sizeof(verbs::CallHeader) || size > verbs::kCallMessage) break;
-      verbs::CallHeader h{};
+      if (size < sizeof(CallHeader) || size > verbs::kCallMessage) break;
+      CallHeader h{};
       std::memcpy(&h, data, sizeof h);
       const auto parts = split_call({data + sizeof h, size - sizeof h}, h.frame_length);
       if (parts && parts->frame.size() != h.frame_length) std::abort();

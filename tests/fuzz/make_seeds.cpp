@@ -5,7 +5,7 @@
 #include "protocol/striping.hpp"
 #include "protocol/messages.hpp"
 #include "transport/ucx/am_wire.hpp"
-#include "transport/verbs/call_wire.hpp"
+#include "transport/verbs/verbs_calls.hpp"
 
 #include <cstring>
 #include <filesystem>
@@ -109,9 +109,9 @@ void data_channel_seeds() {
   const Bytes frame = protocol::encode_frame(type_of(MessageType::get_version), 7, {{"name", "w"}});
   Bytes call = frame;
   call.insert(call.end(), 16, 0x42);  // a payload
-  write("fuzz_data_channel", "ucx-call", seed(2, AmCallHeader{5, frame.size()}, call));
+  write("fuzz_data_channel", "ucx-call", seed(2, smb::transport::CallHeader{5, static_cast<std::uint32_t>(frame.size()), 0}, call));
   Bytes verbs{3, 0};
-  append(verbs, smb::transport::verbs::CallHeader{6, static_cast<std::uint32_t>(frame.size()), 0});
+  append(verbs, smb::transport::CallHeader{6, static_cast<std::uint32_t>(frame.size()), 0});
   verbs.insert(verbs.end(), call.begin(), call.end());
   write("fuzz_data_channel", "verbs-call", verbs);
 }

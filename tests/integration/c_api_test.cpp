@@ -26,7 +26,7 @@ TEST_P(CApiTest, RoundTripAtomicsVectorOpsAndCoordination) {
   smb_registration* registration = nullptr;  // `got` in place, where the transport can
   ASSERT_EQ(smb_register_memory(client, got.data(), got.size() * 4, &registration), 0) << smb_last_error();
   ASSERT_EQ(smb_write(buffer, 0, ones.data(), ones.size() * 4), 0) << smb_last_error();
-  ASSERT_EQ(smb_apply(buffer, 1 /*accumulate*/, 1 /*f32*/, 0, ones.size(), 1.0, ones.data()), 0) << smb_last_error();
+  ASSERT_EQ(smb_apply(buffer, SMB_OP_ACCUMULATE, SMB_F32, 0, ones.size(), 1.0, ones.data()), 0) << smb_last_error();
   smb_request* request = nullptr;
   ASSERT_EQ(smb_read_async(buffer, 0, got.data(), got.size() * 4, &request), 0);
   ASSERT_EQ(smb_request_wait(request), 0) << smb_last_error();
@@ -47,7 +47,10 @@ TEST_P(CApiTest, RoundTripAtomicsVectorOpsAndCoordination) {
   smb_buffer* missing = nullptr;
   EXPECT_EQ(smb_buffer_open(client, "no-such-buffer", &missing), static_cast<int>(smb::Errc::not_found));
   EXPECT_NE(std::strstr(smb_last_error(), "no-such-buffer"), nullptr) << smb_last_error();
-  EXPECT_EQ(smb_apply(buffer, 9, 1, 0, 1, 1.0, ones.data()), static_cast<int>(smb::Errc::invalid_argument));
+  EXPECT_EQ(smb_apply(buffer, static_cast<smb_vector_op>(0), SMB_F32, 0, 1, 1.0, ones.data()), SMB_EINVAL);
+  EXPECT_STREQ(smb_errc_name(SMB_EINVAL), "invalid argument");
+  EXPECT_STREQ(smb_errc_name(SMB_EGONE), "server gone");
+  EXPECT_STREQ(smb_errc_name(99), "unknown error");
   smb_registration* empty = nullptr;
   EXPECT_EQ(smb_register_memory(client, got.data(), 0, &empty), static_cast<int>(smb::Errc::invalid_argument));
 
@@ -84,7 +87,7 @@ TEST_P(CApiTest, NullArgumentsAreEinval) {
       {"request", smb_request_wait(nullptr)},
       {"fetch_add old", smb_fetch_add(buffer, 0, 1, nullptr)},
       {"compare_swap buffer", smb_compare_swap(nullptr, 0, 0, 1, &value)},
-      {"apply_from source", smb_apply_from(buffer, 1, 1, 0, 1, 1.0, nullptr, 0)},
+      {"apply_from source", smb_apply_from(buffer, SMB_OP_ACCUMULATE, SMB_F32, 0, 1, 1.0, nullptr, 0)},
       {"version out", smb_buffer_version(buffer, nullptr)},
       {"wait_version buffer", smb_wait_version(nullptr, 1, 10, &value)},
       {"lock name", smb_lock_acquire(client, nullptr, 100, 100, &lock)},

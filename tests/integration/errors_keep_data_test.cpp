@@ -22,7 +22,7 @@ class ErrorsKeepDataTest : public FabricTest {
 
   void SetUp() override {
     FabricTest::SetUp();
-    if (HasFatalFailure()) return;
+    if (HasFatalFailure() || IsSkipped()) return;
     client_.emplace(make_client());
     smb::BufferOptions options;
     options.stripe_unit = 4096;

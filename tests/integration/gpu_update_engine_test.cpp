@@ -213,6 +213,6 @@ TEST_P(GpuUpdateEngineTest, TwoWorkersOnTwoDevicesAverageAndBroadcastWithNccl) {
 #endif
 }
 
-INSTANTIATE_TEST_SUITE_P(Fabrics, GpuUpdateEngineTest, testing::Values(FabricParam{DataPath::shm, 1}), fabric_name);
+INSTANTIATE_TEST_SUITE_P(Fabrics, GpuUpdateEngineTest, testing::Values(ucx_shm_fabric(1)), fabric_name);
 
 }  // namespace

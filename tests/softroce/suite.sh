@@ -27,10 +27,14 @@
 #                devices: ibv_rc_pingpong across, then 2 smbd on one device
 #                and smb-bench on the other, striped write/read/fetch-add
 #   integration-native  (only with --native-integration-tests) the GoogleTest
-#                integration binary with SMB_TEST_NATIVE_VERBS: its shm fabrics'
-#                daemons and clients use the native verbs transport on DEV
+#                integration binary with SMB_TEST_NATIVE_VERBS: its verbs
+#                fabrics (daemons and clients on the native verbs transport on
+#                DEV), which skip outside the VM
+#   transport-native  (only with --transport-tests) the transport conformance
+#                suite's verbs cases (tests/transport/): one verbs channel
+#                driven directly, server and client in one process on DEV
 #   integration  (only with --integration-tests) the GoogleTest integration
-#                binary's shm fabric with UCX restricted to the RDMA device,
+#                binary's ucx_shm fabric with UCX restricted to the RDMA device,
 #                so its data moves over rc_verbs instead of shared memory
 #
 # A case in KNOWN_FAILURES ($SMB_SOFTROCE_KNOWN_FAILURES, space-separated,
@@ -41,9 +45,10 @@
 #   --smbd PATH               smbd binary ($SMBD; default build/ci/smb-server/smbd)
 #   --smb-bench PATH          smb-bench binary ($SMB_BENCH; default build/ci/tools/smb-bench)
 #   --integration-tests PATH  also run this smb_integration_tests binary ($SMB_INTEGRATION_TESTS)
-#   --gtest-filter FILTER     which integration tests (default: '*shm_1server*')
+#   --gtest-filter FILTER     which integration tests (default: '*ucx_shm_1server*')
 #   --native-integration-tests PATH  run this smb_integration_tests binary over native verbs
-#   --native-gtest-filter FILTER     which of them (default: every shm fabric test)
+#   --native-gtest-filter FILTER     which of them (default: every verbs fabric test)
+#   --transport-tests PATH    run this smb_transport_tests binary's verbs cases
 #   --device DEV              RDMA device ($SMB_RDMA_DEVICE; default: the first one)
 #   --address IP              IPv4 address of DEV's netdev for smbd (default: looked up)
 #   --two-host / --no-two-host  force the two-host case on or off (default: on in the VM only)
@@ -60,9 +65,10 @@ export PATH="$PATH:/usr/sbin:/sbin"
 SMBD=${SMBD:-$ROOT/build/ci/smb-server/smbd}
 SMB_BENCH=${SMB_BENCH:-$ROOT/build/ci/tools/smb-bench}
 INTEGRATION=${SMB_INTEGRATION_TESTS:-}
-GTEST_FILTER='*shm_1server*'
+GTEST_FILTER='*ucx_shm_1server*'
 NATIVE_INTEGRATION=""
-NATIVE_FILTER='*shm_*'
+NATIVE_FILTER='*/verbs_*'
+TRANSPORT_TESTS=""
 DEV=${SMB_RDMA_DEVICE:-}
 ADDR=""
 TWO_HOST=$([[ ${SMB_SOFTROCE_VM:-} == 1 ]] && echo 1 || echo 0)
@@ -81,6 +87,7 @@ while (($# > 0)); do
     --gtest-filter) GTEST_FILTER=$2; shift ;;
     --native-integration-tests) NATIVE_INTEGRATION=$2; shift ;;
     --native-gtest-filter) NATIVE_FILTER=$2; shift ;;
+    --transport-tests) TRANSPORT_TESTS=$2; shift ;;
     --device) DEV=$2; shift ;;
     --address) ADDR=$2; shift ;;
     --two-host) TWO_HOST=1 ;;
@@ -460,6 +467,19 @@ case_integration_native() {
   ((rc == 0)) || { fail "native verbs integration tests exited with status $rc"; return 1; }
 }
 
+case_transport_native() {
+  [[ -x $TRANSPORT_TESTS ]] || { fail "no transport test binary at $TRANSPORT_TESTS"; return 1; }
+  [[ -n $ADDR ]] || { fail "no IPv4 address on $DEV's interface"; return 1; }
+  say "$TRANSPORT_TESTS --gtest_filter='*/verbs' with SMB_TEST_NATIVE_VERBS=$ADDR SMB_RDMA_DEVICE=$DEV"
+  SMB_TEST_NATIVE_VERBS="$ADDR" SMB_RDMA_DEVICE="$DEV" timeout -k 5 300 "$TRANSPORT_TESTS" \
+    --gtest_filter='*/verbs' >"$LOGS/transport-native.log" 2>&1
+  local rc=$?
+  tail -n 40 "$LOGS/transport-native.log"
+  ((rc == 0)) || { fail "the verbs transport conformance tests exited with status $rc"; return 1; }
+  grep -q '\[  SKIPPED \]' "$LOGS/transport-native.log" && { fail "verbs conformance cases skipped in the VM"; return 1; }
+  return 0
+}
+
 # --- main --------------------------------------------------------------------
 
 [[ -x $SMBD ]] || { echo "suite: no smbd at $SMBD (build it, or give --smbd)"; exit 1; }
@@ -478,6 +498,7 @@ if ((${#FAILED[@]} == 0)); then
   ((NATIVE_VERBS)) && run_case smb-native-verbs case_smb_native_verbs
   ((TWO_HOST)) && run_case two-host case_two_host
   ((TWO_HOST && NATIVE_VERBS)) && run_case two-host-native case_two_host_native
+  [[ -n $TRANSPORT_TESTS ]] && ((NATIVE_VERBS)) && run_case transport-native case_transport_native
   [[ -n $NATIVE_INTEGRATION ]] && ((NATIVE_VERBS)) && run_case integration-native case_integration_native
   [[ -n $INTEGRATION ]] && run_case integration case_integration
 fi

@@ -1,23 +1,78 @@
 #include "fabric.hpp"
 
+#include <smb/config.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <stdexcept>
 
 namespace smb::test {
 
-std::vector<FabricParam> all_fabrics() {
-  return {{DataPath::shm, 1}, {DataPath::shm, 3}, {DataPath::tcp, 1}, {DataPath::tcp, 3}};
+namespace {
+// The fabrics of each transport of this build (SMB_TRANSPORTS in the public
+// smb/config.h, e.g. "ucx,verbs"): UCX twice (shared memory, TCP), any other
+// once, under its own name.
+std::vector<FabricParam> fabric_kinds() {
+  std::vector<FabricParam> out;
+  const std::string built = SMB_TRANSPORTS;
+  for (std::size_t start = 0; start <= built.size();) {
+    const auto end = std::min(built.find(',', start), built.size());
+    const std::string name = built.substr(start, end - start);
+    start = end + 1;
+    if (name == "ucx") {
+      out.push_back({"ucx", "ucx_shm", nullptr, 1});
+      out.push_back({"ucx", "ucx_tcp", "tcp,self", 1});
+    } else if (!name.empty()) {
+      out.push_back({name, name, nullptr, 1});
+    }
+  }
+  return out;
 }
 
-std::vector<FabricParam> multi_server_fabrics() { return {{DataPath::shm, 3}, {DataPath::tcp, 3}}; }
+// Where a non-UCX fabric's daemons listen: $SMB_TEST_<NAME>_ADDRESS, for
+// verbs also $SMB_TEST_NATIVE_VERBS; else loopback, except for verbs (an
+// RDMA interface is needed): empty.
+std::string listen_host(const std::string& transport) {
+  std::string variable = "SMB_TEST_";
+  for (char c : transport) variable += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  variable += "_ADDRESS";
+  for (const std::string& name : {variable, std::string(transport == "verbs" ? "SMB_TEST_NATIVE_VERBS" : "")}) {
+    const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
+    if (value != nullptr && *value != '\0') return value;
+  }
+  return transport == "verbs" ? "" : "127.0.0.1";
+}
+}  // namespace
+
+FabricParam ucx_shm_fabric(int servers) { return {"ucx", "ucx_shm", nullptr, servers}; }
+
+std::vector<FabricParam> all_fabrics() {
+  std::vector<FabricParam> out;
+  for (auto kind : fabric_kinds())
+    for (int servers : {1, 3}) {
+      kind.servers = servers;
+      out.push_back(kind);
+    }
+  return out;
+}
+
+std::vector<FabricParam> multi_server_fabrics() {
+  std::vector<FabricParam> out;
+  for (auto kind : fabric_kinds()) {
+    kind.servers = 3;
+    out.push_back(kind);
+  }
+  return out;
+}
 
 std::string fabric_name(const testing::TestParamInfo<FabricParam>& info) {
-  return std::string(info.param.path == DataPath::shm ? "shm" : "tcp") + "_" +
-         std::to_string(info.param.servers) + (info.param.servers == 1 ? "server" : "servers");
+  return info.param.label + "_" + std::to_string(info.param.servers) +
+         (info.param.servers == 1 ? "server" : "servers");
 }
 
 void PrintTo(const FabricParam& param, std::ostream* out) {
-  *out << (param.path == DataPath::shm ? "shm" : "tcp") << ", " << param.servers << " server(s)";
+  *out << param.label << ", " << param.servers << " server(s)";
 }
 
 const std::string& smbctl_path() {
@@ -32,24 +87,19 @@ const std::string& smb_bench_path() {
 
 void FabricTest::SetUp() {
   // The environment first: the daemons and tools inherit it when spawned.
-  if (GetParam().path == DataPath::tcp)
-    env_.set("UCX_TLS", "tcp,self");
-  else
-    env_.unset("UCX_TLS");
   // Nothing from the caller's shell may redirect the tests elsewhere.
-  for (const char* name : {"SMB_SERVERS", "SMB_TRANSPORT", "SMB_DATA_PROTOCOL"}) env_.unset(name);
-
-  // SMB_TEST_NATIVE_VERBS=IP (the soft-RoCE suite sets it in its VM): the
-  // daemons serve the native verbs transport on the RDMA interface that has
-  // address IP, and clients and tools follow. Only the shm fabrics run then;
-  // the tcp ones would repeat them.
+  for (const char* name : {"SMB_SERVERS", "SMB_TRANSPORT", "SMB_DATA_PROTOCOL", "UCX_TLS"}) env_.unset(name);
   SmbdOptions daemon;
-  if (const char* ip = std::getenv("SMB_TEST_NATIVE_VERBS"); ip != nullptr && *ip != '\0') {
-    if (GetParam().path == DataPath::tcp) GTEST_SKIP() << "native verbs mode (SMB_TEST_NATIVE_VERBS) runs the shm fabrics only";
-    daemon.listen = std::string(ip) + ":0";
-    daemon.extra_args = {"--transport", "verbs"};
-    env_.set("SMB_TRANSPORT", "verbs");
-    native_verbs_ = true;
+  const auto& param = GetParam();
+  if (param.ucx_tls != nullptr) env_.set("UCX_TLS", param.ucx_tls);
+  if (param.transport != "ucx") {
+    const auto host = listen_host(param.transport);
+    if (host.empty())
+      GTEST_SKIP() << param.transport << " fabric: needs an RDMA device; set SMB_TEST_NATIVE_VERBS to the IPv4 "
+                   << "address of its interface (the soft-RoCE suite does, in its VM: tests/softroce/)";
+    daemon.listen = host + ":0";
+    daemon.extra_args = {"--transport", param.transport};
+    env_.set("SMB_TRANSPORT", param.transport);
   }
   try {
     for (int i = 0; i < GetParam().servers; ++i) servers_.push_back(std::make_unique<SmbdProcess>(daemon));

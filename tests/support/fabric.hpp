@@ -1,18 +1,22 @@
 #pragma once
 // The fixture of the integration tests: fresh smbd processes on loopback,
-// started under one UCX data path, plus clients and tools pointed at them.
+// started under one transport, plus clients and tools pointed at them.
 //
-// The parameter picks the data path and the number of servers:
-//   shm  UCX_TLS unset: UCX's default choice, shared memory/CMA between
-//        processes of one host; data protocol automatic.
-//   tcp  UCX_TLS=tcp,self for the test process and every smbd and tool it
-//        starts, so the data really crosses TCP (RMA emulated, or libsmb's
-//        active-message protocol when it chooses that).
+// The parameter picks the transport and the number of servers. Tests are
+// instantiated over every transport this build has (SMB_TRANSPORTS in
+// smb/config.h); one that cannot run here is skipped, saying why:
+//   ucx_shm  UCX, UCX_TLS unset: UCX's default choice, shared memory/CMA
+//            between processes of one host; data protocol automatic.
+//   ucx_tcp  UCX, UCX_TLS=tcp,self for the test process and every smbd and
+//            tool it starts, so the data really crosses TCP (libsmb's
+//            active-message protocol).
+//   NAME     any other transport: smbd --transport NAME, SMB_TRANSPORT=NAME,
+//            on 127.0.0.1, or on $SMB_TEST_<NAME>_ADDRESS where that is set.
+//            verbs needs an RDMA interface's address there (or in
+//            $SMB_TEST_NATIVE_VERBS, which the soft-RoCE suite sets in its
+//            VM) and is skipped without one.
 // Every test gets its own servers, so buffer names never collide across
 // tests and a daemon a test breaks cannot affect another.
-//
-// With SMB_TEST_NATIVE_VERBS=IP (set by the soft-RoCE suite in its VM), the
-// shm fabrics run over the native verbs transport instead (fabric.cpp).
 #include "process.hpp"
 #include "scoped_env.hpp"
 #include "smbd_process.hpp"
@@ -29,21 +33,23 @@
 
 namespace smb::test {
 
-enum class DataPath { shm, tcp };
-
 struct FabricParam {
-  DataPath path = DataPath::shm;
+  std::string transport = "ucx";  // smbd --transport / SMB_TRANSPORT
+  std::string label = "ucx_shm";  // test-name part: ucx_shm, ucx_tcp, or the transport's name
+  const char* ucx_tls = nullptr;  // UCX_TLS for the fabric (nullptr: unset)
   int servers = 1;
 };
 
-// How gtest prints a parameter in failure messages ("tcp, 3 servers").
+// UCX over shared memory with `servers` servers.
+FabricParam ucx_shm_fabric(int servers);
+// How gtest prints a parameter in failure messages ("ucx_tcp, 3 servers").
 void PrintTo(const FabricParam& param, std::ostream* out);
 
-// {shm, tcp} x {1, 3 servers}.
+// Every transport of this build x {1, 3 servers}.
 std::vector<FabricParam> all_fabrics();
-// {shm, tcp} x {3 servers}: tests about striping over, or losing, one of several servers.
+// Every transport x {3 servers}: tests about striping over, or losing, one of several servers.
 std::vector<FabricParam> multi_server_fabrics();
-// Test-name suffix such as "tcp_3servers".
+// Test-name suffix such as "ucx_tcp_3servers".
 std::string fabric_name(const testing::TestParamInfo<FabricParam>& info);
 
 const std::string& smbctl_path();
@@ -58,8 +64,8 @@ class FabricTest : public testing::TestWithParam<FabricParam> {
   void TearDown() override;
 
   int server_count() const { return GetParam().servers; }
-  // The transport the fabric's daemons serve: "ucx", or "verbs" in native verbs mode.
-  std::string fabric_transport() const { return native_verbs_ ? "verbs" : "ucx"; }
+  // The transport the fabric's daemons serve: "ucx" or "verbs".
+  std::string fabric_transport() const { return GetParam().transport; }
   SmbdProcess& server(std::size_t index) { return *servers_.at(index); }
   std::vector<std::string> addresses() const;
   std::string server_list() const;  // "h:p,h:p", as --servers takes it
@@ -74,7 +80,6 @@ class FabricTest : public testing::TestWithParam<FabricParam> {
  private:
   ScopedEnv env_;  // first member: restored only after the servers are gone
   std::vector<std::unique_ptr<SmbdProcess>> servers_;
-  bool native_verbs_ = false;
 };
 
 }  // namespace smb::test

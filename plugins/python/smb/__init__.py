@@ -26,11 +26,15 @@ from .errors import (AlreadyExists, CapacityExhausted, Error, InternalError, Inv
                      OutOfRange, ProtocolError, ServerGone, Timeout, TransportError, Unreachable)
 
 __all__ = [
-    "Client", "Buffer", "Lock", "MemoryRegistration", "UpdateEngine", "DTYPES", "OPS", "dtype_name",
+    "TRANSPORTS", "__version__", "Client", "Buffer", "Lock", "MemoryRegistration", "UpdateEngine", "DTYPES", "OPS", "dtype_name",
     "element_size", "memory_address", "Error", "InvalidArgument", "OutOfRange", "NotFound", "AlreadyExists",
     "CapacityExhausted", "Unreachable", "ServerGone", "Timeout", "ProtocolError", "TransportError",
     "InternalError",
 ]
+
+__version__ = _core.VERSION
+#: The data transports this build of libsmb has (smb/config.h), e.g. ("ucx", "verbs").
+TRANSPORTS = tuple(_core.TRANSPORTS.split(","))
 
 #: Element types of server-side vector ops, by their smb names.
 DTYPES = ("f32", "f64", "f16", "bf16", "u8", "i8", "i16", "i32", "i64")
@@ -245,10 +249,13 @@ class Client:
     """A connection to the fabric's memory servers.
 
     servers: "h:p,h:p", a list, or None for $SMB_SERVERS. timeout: the longest
-    single wait, in seconds. transport: "ucx" or "verbs" (None: $SMB_TRANSPORT)."""
+    single wait, in seconds. transport: one of smb.TRANSPORTS, e.g. "ucx" or
+    "verbs" (None: $SMB_TRANSPORT, else "ucx"). transport_options: settings
+    only that transport knows, e.g. {"protocol": "am"} for UCX."""
 
-    def __init__(self, servers=None, timeout=15.0, transport=None):
-        self._c = _core.Client(_servers(servers), float(timeout), transport or "")
+    def __init__(self, servers=None, timeout=15.0, transport=None, transport_options=None):
+        self._c = _core.Client(_servers(servers), float(timeout), transport or "",
+                               {str(k): str(v) for k, v in (transport_options or {}).items()})
 
     @property
     def servers(self):

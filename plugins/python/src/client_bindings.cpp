@@ -210,15 +210,17 @@ void bind_client(py::module_& m) {
       .def_property_readonly("valid", [](const PyRegistration& r) { return r.registration.valid(); });
 
   py::class_<Client>(m, "Client")
-      .def(py::init([](std::vector<std::string> servers, double timeout, std::string transport) {
+      .def(py::init([](std::vector<std::string> servers, double timeout, std::string transport,
+                       std::map<std::string, std::string> transport_options) {
              ClientOptions options;
              options.servers = std::move(servers);
              options.timeout = millis(timeout, "timeout");
              options.transport = std::move(transport);
+             options.transport_options = std::move(transport_options);
              py::gil_scoped_release nogil;
              return Client(std::move(options));
            }),
-           py::arg("servers"), py::arg("timeout"), py::arg("transport"))
+           py::arg("servers"), py::arg("timeout"), py::arg("transport"), py::arg("transport_options"))
       .def("create",
            [](Client& c, const std::string& name, std::uint64_t size, std::uint64_t stripe_unit,
               std::vector<std::string> servers) {

@@ -63,6 +63,11 @@ class ErrorClassesTest(fabric.FabricTestCase):
              "'f128' has no smb equivalent"),
             (lambda: smb.dtype_name("complex64"), "complex64"),
             (lambda: smb.Client(servers=self.fabric.server_list, timeout=-1), "timeout"),
+            (lambda: smb.Client(servers=self.fabric.server_list, transport="carrier-pigeon"), "'carrier-pigeon'"),
+            (lambda: smb.Client(servers=self.fabric.server_list, transport_options={"colour": "blue"}),
+             "no option 'colour'"),
+            (lambda: smb.Client(servers=self.fabric.server_list, transport_options={"protocol": "sideways"}),
+             "auto, rma or am"),
             (lambda: smb.UpdateEngine(self.client, self.unique_name("eng"), 4, mode="adam"), "unknown update mode"),
         ]
         for call, words in cases:
@@ -71,6 +76,12 @@ class ErrorClassesTest(fabric.FabricTestCase):
                     call()
                 self.check(cm.exception, smb.InvalidArgument, "invalid_argument", words)
                 self.assertIsInstance(cm.exception, ValueError)
+
+    def test_transport_options_reach_the_transport(self):
+        self.assertIn("ucx", smb.TRANSPORTS)
+        self.assertRegex(smb.__version__, r"^\d+\.\d+\.\d+$")
+        client = smb.Client(servers=self.fabric.server_list, transport_options={"protocol": "am"})
+        self.assertTrue(all("data protocol am" in p for p in client.describe_paths()), client.describe_paths())
 
     def test_capacity_exhausted(self):
         name = self.unique_name("huge")

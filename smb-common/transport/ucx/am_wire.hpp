@@ -3,6 +3,9 @@
 // UCX only emulates RMA in software (TCP), for atomics where a path has no
 // atomic lane, and for calls (requests the server acts on). Hot path: fixed-size PODs, checked for size on receipt and for
 // bounds against the segment before use.
+#include "transport/call_wire.hpp"
+#include "transport/server_ops.hpp"
+
 #include <cstdint>
 
 namespace smb::transport::ucx {
@@ -12,7 +15,7 @@ enum AmId : unsigned {
   kAmRead = 2,    // client -> server: AmRequestHeader, asks for data
   kAmReply = 3,   // server -> client: AmReplyHeader (+ data for reads and atomics)
   kAmAtomic = 4,  // client -> server: AmAtomicHeader; the reply carries the old value
-  kAmCall = 5,    // client -> server: AmCallHeader + frame + payload; the reply carries a frame
+  kAmCall = 5,    // client -> server: CallHeader (call_wire.hpp), data frame + payload; the reply carries a frame
 };
 
 struct AmRequestHeader {
@@ -22,22 +25,14 @@ struct AmRequestHeader {
   std::uint64_t length;
 };
 
-enum class AmAtomicOp : std::uint32_t { fetch_add = 1, compare_swap = 2 };
-
 struct AmAtomicHeader {
   std::uint64_t token;
   std::uint64_t segment_id;
   std::uint64_t offset;      // 8-byte aligned, inside the segment
-  std::uint32_t op;          // AmAtomicOp
+  std::uint32_t op;          // transport::AtomicOp
   std::uint32_t reserved;
   std::uint64_t operand;     // value to add, or the desired value
   std::uint64_t compare;     // compare_swap: the expected value
-};
-
-// A call (transport.hpp): the data is the control frame, then the payload.
-struct AmCallHeader {
-  std::uint64_t token;
-  std::uint64_t frame_length;
 };
 
 struct AmReplyHeader {

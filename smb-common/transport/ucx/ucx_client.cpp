@@ -90,18 +90,11 @@ void UcxClientTransport::progress() {
 
 void UcxClientTransport::abandon(const Completion& completion) {
   std::lock_guard lock(mutex_);
-  std::erase_if(pending_, [&](const auto& entry) { return entry.second.completion.get() == &completion; });
+  pending_.forget(completion);
 }
 
 void UcxClientTransport::fail_pending(UcxChannel* channel, Errc code, const std::string& message) {
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->second.channel == channel) {
-      it->second.completion->finish(code, message);
-      it = pending_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  pending_.fail_if([channel](const PendingAm& op) { return op.channel == channel; }, code, message);
 }
 
 namespace {
@@ -124,17 +117,16 @@ ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::si
   auto* self = static_cast<UcxClientTransport*>(arg);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   AmReplyHeader h{};
-  auto it = self->pending_.end();
+  std::optional<PendingAm> pending;
   if (header_length == sizeof h) {
     std::memcpy(&h, header, sizeof h);
-    it = self->pending_.find(h.token);
+    pending = self->pending_.take(h.token);
   }
-  if (it == self->pending_.end()) {  // malformed, or its op was abandoned
+  if (!pending) {  // malformed, or its op was abandoned
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
     return UCS_OK;
   }
-  PendingAm op = std::move(it->second);
-  self->pending_.erase(it);
+  PendingAm op = std::move(*pending);
   const std::string context = "server " + op.channel->peer_ + ": " + op.op;
   if (h.status != 0) {
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
@@ -328,8 +320,8 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
 UcxChannel::~UcxChannel() {
   std::unique_lock lock(transport_.mutex_);
   transport_.fail_pending(this, Errc::server_gone, "server " + peer_ + ": connection closed");
-  if (ep_ != nullptr) close_endpoint(transport_.worker_.get(), ep_, failed_ || !peer_failure_detected_);
-  if (assisted_ep_ != nullptr) close_endpoint(transport_.worker_.get(), assisted_ep_, failed_);
+  if (ep_ != nullptr) close_endpoint(transport_.worker_.get(), ep_, health_.failed() || !peer_failure_detected_);
+  if (assisted_ep_ != nullptr) close_endpoint(transport_.worker_.get(), assisted_ep_, health_.failed());
 }
 
 ChannelCaps UcxChannel::caps() const {
@@ -348,38 +340,34 @@ std::string UcxChannel::describe() const {
          " (lanes " + lanes_ + ")";
 }
 
+// Under the transport lock: the first failure fails what the server owes.
+void UcxChannel::fail(std::string reason) {
+  if (!health_.fail(std::move(reason))) return;
+  transport_.fail_pending(this, Errc::server_gone, health_.reason());
+}
+
 void UcxChannel::peer_lost(const std::string& reason) {
   std::lock_guard lock(transport_.mutex_);
-  if (failed_) return;
-  failed_ = true;
-  failure_ = "server " + peer_ + " is gone: " + reason;
-  transport_.fail_pending(this, Errc::server_gone, failure_);
+  fail("server " + peer_ + " is gone: " + reason);
 }
 
 std::optional<std::string> UcxChannel::failure() const {
   std::lock_guard lock(transport_.mutex_);
-  if (!failed_) return std::nullopt;
-  return failure_;
+  return health_.failure();
 }
 
 void UcxChannel::on_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   // Runs inside ucp_worker_progress, i.e. with the transport lock held.
   auto* self = static_cast<UcxChannel*>(arg);
-  self->failed_ = true;
-  self->failure_ = std::string("server ") + self->peer_ + " is gone: UCX reported " + ucs_status_string(status);
-  spdlog::warn("libsmb: {}", self->failure_);
-  self->transport_.fail_pending(self, Errc::server_gone, self->failure_);
-}
-
-bool UcxChannel::usable(const CompletionPtr& completion, const char* op) {
-  if (!failed_) return true;
-  completion->finish(Errc::server_gone, failure_ + " (during " + op + ")");
-  return false;
+  const std::string reason =
+      std::string("server ") + self->peer_ + " is gone: UCX reported " + ucs_status_string(status);
+  if (!self->health_.failed()) spdlog::warn("libsmb: {}", reason);
+  self->fail(reason);
 }
 
 std::unique_ptr<RemoteSegment> UcxChannel::attach(const SegmentDescriptor& segment) {
   std::lock_guard lock(transport_.mutex_);
-  if (failed_) throw Error(Errc::server_gone, failure_);
+  health_.throw_if_failed();
   auto& slot = rkeys_[segment.remote_key];
   auto shared = slot.lock();
   if (!shared) {
@@ -395,9 +383,8 @@ std::unique_ptr<RemoteSegment> UcxChannel::attach(const SegmentDescriptor& segme
 
 void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, const void* src,
                          void* dst, std::size_t length, const CompletionPtr& completion, const char* op) {
-  const std::uint64_t token = transport_.next_token_++;
-  transport_.pending_.emplace(
-      token, UcxClientTransport::PendingAm{completion, this, dst, id == kAmRead ? length : 0, op});
+  const std::uint64_t token =
+      transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, dst, id == kAmRead ? length : 0, op});
   AmRequestHeader header{token, seg.descriptor().id, offset, length};
   send_request(id, &header, sizeof header, id == kAmWrite ? src : nullptr, id == kAmWrite ? length : 0,
                token, completion, op);
@@ -431,17 +418,13 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
     const std::uint64_t sent = c->token;
     transport.sends_.erase(sent);  // frees c
     if (status == UCS_OK) return;
-    if (auto it = transport.pending_.find(sent); it != transport.pending_.end()) {
-      it->second.completion->finish(Errc::transport,
-                                    std::string("sending request: UCX error: ") + ucs_status_string(status));
-      transport.pending_.erase(it);
-    }
+    transport.pending_.fail(sent, Errc::transport, std::string("sending request: UCX error: ") + ucs_status_string(status));
   };
   ucs_status_ptr_t request =
       ucp_am_send_nbx(ep != nullptr ? ep : ep_, id, ctx->header.data(), header_length, payload, payload_length, &p);
   if (request == nullptr) return;  // sent at once; `owned` frees the context, the reply completes the op
   if (UCS_PTR_IS_ERR(request)) {
-    transport_.pending_.erase(token);
+    (void)transport_.pending_.take(token);
     completion->finish(Errc::transport, "server " + peer_ + ": " + op + ": UCX error: " +
                                             ucs_status_string(UCS_PTR_STATUS(request)));
     return;
@@ -453,10 +436,10 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
 void UcxChannel::call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
                       const CompletionPtr& completion) {
   std::lock_guard lock(transport_.mutex_);
-  if (!usable(completion, "call")) return;
-  const std::uint64_t token = transport_.next_token_++;
-  transport_.pending_.emplace(token, UcxClientTransport::PendingAm{completion, this, nullptr, 0, "call", reply});
-  const AmCallHeader header{token, frame.size()};
+  if (!health_.admit(completion, "call")) return;
+  const std::uint64_t token =
+      transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, nullptr, 0, "call", reply});
+  const CallHeader header{token, static_cast<std::uint32_t>(frame.size()), 0};
   send_request(kAmCall, &header, sizeof header, frame.data(), frame.size(), token, completion, "call", payload,
                assisted());
 }
@@ -464,7 +447,7 @@ void UcxChannel::call(std::span<const std::uint8_t> frame, std::span<const std::
 void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
                      const CompletionPtr& completion) {
   std::lock_guard lock(transport_.mutex_);
-  if (!usable(completion, "write")) return;
+  if (!health_.admit(completion, "write")) return;
   if (use_am_) return send_am(kAmWrite, seg, offset, src, nullptr, length, completion, "write");
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
   ucp_request_param_t none{};
@@ -489,7 +472,7 @@ void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, 
 void UcxChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::size_t length,
                      const CompletionPtr& completion) {
   std::lock_guard lock(transport_.mutex_);
-  if (!usable(completion, "read")) return;
+  if (!health_.admit(completion, "read")) return;
   if (use_am_) return send_am(kAmRead, seg, offset, nullptr, dst, length, completion, "read");
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
   auto ctx = std::make_unique<OpContext>(OpContext{completion, 0, "server " + peer_ + ": read"});
@@ -498,15 +481,14 @@ void UcxChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::s
         std::move(ctx));
 }
 
-void UcxChannel::atomic(AmAtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
+void UcxChannel::atomic(AtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
                         std::uint64_t compare, std::uint64_t* result, const CompletionPtr& completion) {
-  const char* what = op == AmAtomicOp::fetch_add ? "fetch-add" : "compare-swap";
+  const char* what = op == AtomicOp::fetch_add ? "fetch-add" : "compare-swap";
   std::lock_guard lock(transport_.mutex_);
-  if (!usable(completion, what)) return;
+  if (!health_.admit(completion, what)) return;
   if (am_atomics_) {
-    const std::uint64_t token = transport_.next_token_++;
-    transport_.pending_.emplace(
-        token, UcxClientTransport::PendingAm{completion, this, result, sizeof(std::uint64_t), what});
+    const std::uint64_t token =
+        transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, result, sizeof(std::uint64_t), what});
     const AmAtomicHeader header{token, seg.descriptor().id, offset, static_cast<std::uint32_t>(op), 0,
                                 operand, compare};
     send_request(kAmAtomic, &header, sizeof header, nullptr, 0, token, completion, what, {}, assisted());
@@ -515,27 +497,27 @@ void UcxChannel::atomic(AmAtomicOp op, RemoteSegment& seg, std::uint64_t offset,
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
   // UCX's compare-and-swap compares with `buffer` and swaps in the reply
   // buffer's value, which the old value then overwrites.
-  const bool cas = op == AmAtomicOp::compare_swap;
+  const bool cas = op == AtomicOp::compare_swap;
   auto ctx = std::make_unique<OpContext>(OpContext{completion, cas ? compare : operand, "server " + peer_ + ": " + what});
   ucp_request_param_t p = callback_param(ctx.get());
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
   p.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));
   p.reply_buffer = result;
   if (cas) *result = operand;
-  track(ucp_atomic_op_nbx(ep_, op == AmAtomicOp::fetch_add ? UCP_ATOMIC_OP_ADD : UCP_ATOMIC_OP_CSWAP,
+  track(ucp_atomic_op_nbx(ep_, op == AtomicOp::fetch_add ? UCP_ATOMIC_OP_ADD : UCP_ATOMIC_OP_CSWAP,
                           &ctx->operand, 1, remote.descriptor().address + offset, remote.rkey(), &p),
         std::move(ctx));
 }
 
 void UcxChannel::fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value,
                            std::uint64_t* old_value, const CompletionPtr& completion) {
-  atomic(AmAtomicOp::fetch_add, seg, offset, value, 0, old_value, completion);
+  atomic(AtomicOp::fetch_add, seg, offset, value, 0, old_value, completion);
 }
 
 void UcxChannel::compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
                               std::uint64_t desired, std::uint64_t* old_value,
                               const CompletionPtr& completion) {
-  atomic(AmAtomicOp::compare_swap, seg, offset, desired, expected, old_value, completion);
+  atomic(AtomicOp::compare_swap, seg, offset, desired, expected, old_value, completion);
 }
 
 }  // namespace smb::transport::ucx

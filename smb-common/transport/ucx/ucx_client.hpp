@@ -2,6 +2,8 @@
 // A client's side of the UCX transport: one worker per client, one endpoint
 // (Channel) per server, and the choice between one-sided RMA and the
 // server-assisted "am" protocol for each server.
+#include "transport/channel_health.hpp"
+#include "transport/pending_table.hpp"
 #include "transport/transport.hpp"
 #include "transport/ucx/am_wire.hpp"
 #include "transport/ucx/ucx_handles.hpp"
@@ -62,7 +64,7 @@ class UcxClientTransport final : public ClientTransport {
   // completes. Owned here (not by the callback) so that sends still in flight
   // when the transport goes are freed too.
   struct SendContext {
-    std::array<std::byte, std::max({sizeof(AmRequestHeader), sizeof(AmAtomicHeader), sizeof(AmCallHeader)})>
+    std::array<std::byte, std::max({sizeof(AmRequestHeader), sizeof(AmAtomicHeader), sizeof(CallHeader)})>
         header{};
     std::array<ucp_dt_iov_t, 2> iov{};  // calls: frame and payload, read until the send completes
     std::uint64_t token = 0;
@@ -72,9 +74,8 @@ class UcxClientTransport final : public ClientTransport {
   // Declared before the worker, so that callbacks UCX runs while the worker
   // is destroyed still find them.
   std::mutex mutex_;  // guards the worker and everything below
-  std::unordered_map<std::uint64_t, PendingAm> pending_;
+  PendingTable<PendingAm> pending_;
   std::unordered_map<std::uint64_t, std::unique_ptr<SendContext>> sends_;  // by token
-  std::uint64_t next_token_ = 1;
   DataProtocol protocol_;
   ContextPtr context_;
   WorkerPtr worker_;
@@ -122,14 +123,15 @@ class UcxChannel final : public Channel {
  private:
   friend class UcxClientTransport;
   static void on_error(void* arg, ucp_ep_h ep, ucs_status_t status);
-  bool usable(const CompletionPtr& completion, const char* op);  // under the lock
+  void fail(std::string reason);  // under the lock
   void send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, const void* src,
                void* dst, std::size_t length, const CompletionPtr& completion, const char* op);
-  // `second`, if not empty, follows `payload` in the message.
+  // `second`, if not empty, follows `payload` in the message. The header
+  // starts with the token (from pending_) that the reply echoes.
   void send_request(unsigned id, const void* header, std::size_t header_length, const void* payload,
                     std::size_t payload_length, std::uint64_t token, const CompletionPtr& completion,
                     const char* op, std::span<const std::byte> second = {}, ucp_ep_h ep = nullptr);
-  void atomic(AmAtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
+  void atomic(AtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
               std::uint64_t compare, std::uint64_t* result, const CompletionPtr& completion);
 
   UcxClientTransport& transport_;
@@ -147,8 +149,7 @@ class UcxChannel final : public Channel {
   bool shared_memory_rma_ = false;      // RMA over shared-memory lanes: a put done at once is visible
   std::string lanes_;
   std::map<Bytes, std::weak_ptr<const RkeyPtr>> rkeys_;  // packed key -> unpacked, while in use
-  bool failed_ = false;
-  std::string failure_;
+  ChannelHealth health_;
 };
 
 }  // namespace smb::transport::ucx

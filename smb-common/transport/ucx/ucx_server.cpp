@@ -1,6 +1,6 @@
 #include "transport/ucx/ucx_server.hpp"
 
-#include "transport/call_parts.hpp"
+#include "transport/call_wire.hpp"
 #include "transport/ucx/am_checks.hpp"
 #include "transport/ucx/am_wire.hpp"
 
@@ -19,18 +19,55 @@ struct ReplyContext {
   std::shared_ptr<const void> owner;  // keeps the segment alive while sending from it
   std::uint64_t value = 0;            // atomics: the old value, sent from here
   Bytes frame;                        // calls: the reply frame, sent from here
+  UcxServerTransport* transport = nullptr;
+  ucp_ep_h ep = nullptr;
 };
 
-void reply_sent(void* /*request*/, ucs_status_t status, void* user_data) {
+struct WriteContext {
+  UcxServerTransport* transport;
+  ucp_ep_h reply_ep;
+  std::uint64_t token;
+  SegmentAccess access;
+};
+
+}  // namespace
+
+void UcxServerTransport::write_received(void* /*request*/, ucs_status_t status, std::size_t /*length*/,
+                                        void* user_data) {
+  std::unique_ptr<WriteContext> ctx(static_cast<WriteContext*>(user_data));
+  ctx->transport->send_reply(ctx->reply_ep, ctx->token, status == UCS_OK ? Errc::ok : Errc::transport, nullptr, 0,
+                             {});
+}
+
+void UcxServerTransport::reply_sent(void* /*request*/, ucs_status_t status, void* user_data) {
   std::unique_ptr<ReplyContext> ctx(static_cast<ReplyContext*>(user_data));
   if (status != UCS_OK) spdlog::debug("am reply not delivered: {}", ucs_status_string(status));
+  ctx->transport->delivered(ctx->ep);
+}
+
+void UcxServerTransport::delivered(ucp_ep_h ep) {
+  auto it = backlogs_.find(ep);
+  if (it == backlogs_.end()) return;
+  it->second.delivered();
+  if (it->second.undelivered() == 0) backlogs_.erase(it);  // nothing kept for clients that went
 }
 
 // `data` null with `length` 8 sends `value` (an atomic's old value); with
-// `frame` given, sends that.
-void send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data, std::size_t length,
-                std::shared_ptr<const void> owner, std::uint64_t value = 0, Bytes frame = {}) {
+// `frame` given, sends that. Held against the client's backlog until UCX
+// reports it sent; beyond the bound (reply_queue.hpp) the reply is dropped.
+void UcxServerTransport::send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data,
+                                    std::size_t length, std::shared_ptr<const void> owner, std::uint64_t value,
+                                    Bytes frame) {
+  auto& backlog = backlogs_[ep];
+  if (!backlog.admit()) {
+    if (!std::exchange(warned_backlog_, true))
+      spdlog::warn("ucx: a client does not take its replies ({} undelivered); dropping its replies beyond that",
+                   backlog.undelivered());
+    return;
+  }
   auto ctx = std::make_unique<ReplyContext>();
+  ctx->transport = this;
+  ctx->ep = ep;
   ctx->value = value;
   ctx->frame = std::move(frame);
   if (data == nullptr && length == sizeof value) data = &ctx->value;
@@ -44,31 +81,18 @@ void send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data,
   ctx->owner = std::move(owner);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = reply_sent;
+  param.cb.send = &UcxServerTransport::reply_sent;
   param.user_data = ctx.get();
   ucs_status_ptr_t request =
       ucp_am_send_nbx(ep, kAmReply, &ctx->header, sizeof(ctx->header), data, length, &param);
-  if (request == nullptr) return;  // done at once; ctx freed here
-  if (UCS_PTR_IS_ERR(request)) {
-    spdlog::debug("am reply failed: {}", ucs_status_string(UCS_PTR_STATUS(request)));
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+    if (request != nullptr) spdlog::debug("am reply failed: {}", ucs_status_string(UCS_PTR_STATUS(request)));
+    delivered(ep);  // done at once (or never); ctx freed here
     return;
   }
   ucp_request_free(request);
   (void)ctx.release();  // reply_sent owns it now
 }
-
-struct WriteContext {
-  ucp_ep_h reply_ep;
-  std::uint64_t token;
-  SegmentAccess access;
-};
-
-void write_received(void* /*request*/, ucs_status_t status, std::size_t /*length*/, void* user_data) {
-  std::unique_ptr<WriteContext> ctx(static_cast<WriteContext*>(user_data));
-  send_reply(ctx->reply_ep, ctx->token, status == UCS_OK ? Errc::ok : Errc::transport, nullptr, 0, {});
-}
-
-}  // namespace
 
 UcxServerTransport::UcxServerTransport()
     : context_(make_context("smbd")),
@@ -149,12 +173,7 @@ void UcxServerTransport::progress_loop(const std::stop_token& stop) {
 }
 
 void UcxServerTransport::send_queued_replies() {
-  std::vector<QueuedReply> batch;
-  {
-    std::lock_guard lock(replies_mutex_);
-    batch.swap(replies_);
-  }
-  for (auto& r : batch) send_reply(r.ep, r.token, Errc::ok, nullptr, 0, {}, 0, std::move(r.frame));
+  for (auto& r : replies_.take()) send_reply(r.peer, r.token, Errc::ok, nullptr, 0, {}, 0, std::move(r.frame));
 }
 
 // A call: the frame and payload are copied out (the handler may finish on
@@ -165,24 +184,20 @@ ucs_status_t UcxServerTransport::on_call(void* arg, const void* header, std::siz
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   if (rndv) ucp_am_data_release(self->worker_.get(), data);  // calls are eager (UCX_RNDV_THRESH=inf)
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
-  const auto h = read_header<AmCallHeader>(header, header_length);
+  const auto h = read_header<CallHeader>(header, header_length);
   if (!h) {
-    send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
+    self->send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
     return UCS_OK;
   }
   auto parts = rndv ? std::nullopt
                     : split_call({static_cast<const std::uint8_t*>(data), length}, h->frame_length);
   if (!parts) {
-    send_reply(param->reply_ep, h->token, Errc::protocol, nullptr, 0, {});
+    self->send_reply(param->reply_ep, h->token, Errc::protocol, nullptr, 0, {});
     return UCS_OK;
   }
   self->calls_(std::move(parts->frame), std::move(parts->payload),
                [self, ep = param->reply_ep, token = h->token](Bytes reply) {
-                 {
-                   std::lock_guard lock(self->replies_mutex_);
-                   self->replies_.push_back({ep, token, std::move(reply)});
-                 }
-                 self->thread_.wake();
+                 self->replies_.push(ep, token, std::move(reply));
                });
   return UCS_OK;
 }
@@ -200,26 +215,26 @@ ucs_status_t UcxServerTransport::on_write(void* arg, const void* header, std::si
   if (parsed) check = h.length != length ? Errc::protocol : check_request(self->resolver_, h, access);
   if (check != Errc::ok || !can_reply) {
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
-    if (can_reply) send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
+    if (can_reply) self->send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
     return UCS_OK;
   }
   std::byte* dst = access.base + h.offset;
   if (!rndv) {
     std::memcpy(dst, data, length);
-    send_reply(param->reply_ep, h.token, Errc::ok, nullptr, 0, {});
+    self->send_reply(param->reply_ep, h.token, Errc::ok, nullptr, 0, {});
     return UCS_OK;
   }
   // Rendezvous: UCX moves the payload straight into the segment.
-  auto ctx = std::make_unique<WriteContext>(WriteContext{param->reply_ep, h.token, std::move(access)});
+  auto ctx = std::make_unique<WriteContext>(WriteContext{self, param->reply_ep, h.token, std::move(access)});
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  rp.cb.recv_am = write_received;
+  rp.cb.recv_am = &UcxServerTransport::write_received;
   rp.user_data = ctx.get();
   ucs_status_ptr_t request = ucp_am_recv_data_nbx(self->worker_.get(), data, dst, length, &rp);
   if (request == nullptr) {
-    send_reply(ctx->reply_ep, ctx->token, Errc::ok, nullptr, 0, {});
+    self->send_reply(ctx->reply_ep, ctx->token, Errc::ok, nullptr, 0, {});
   } else if (UCS_PTR_IS_ERR(request)) {
-    send_reply(ctx->reply_ep, ctx->token, Errc::transport, nullptr, 0, {});
+    self->send_reply(ctx->reply_ep, ctx->token, Errc::transport, nullptr, 0, {});
   } else {
     ucp_request_free(request);
     (void)ctx.release();  // write_received owns it now
@@ -253,11 +268,11 @@ ucs_status_t UcxServerTransport::on_read(void* arg, const void* header, std::siz
   SegmentAccess access;
   Errc check = check_request(self->resolver_, h, access);
   if (check != Errc::ok) {
-    send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
+    self->send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
     return UCS_OK;
   }
   // Zero-copy from the segment; `owner` keeps it alive until the send completes.
-  send_reply(param->reply_ep, h.token, Errc::ok, access.base + h.offset, h.length, access.owner);
+  self->send_reply(param->reply_ep, h.token, Errc::ok, access.base + h.offset, h.length, access.owner);
   return UCS_OK;
 }
 
@@ -272,13 +287,14 @@ ucs_status_t UcxServerTransport::on_atomic(void* arg, const void* header, std::s
   AmAtomicHeader h{};
   if (!self->take_header(header, header_length, data, param, h)) return UCS_OK;
   SegmentAccess access;
-  const Errc check = check_atomic(self->resolver_, h, access);
+  const AtomicRequest request = atomic_request(h);
+  const Errc check = check_atomic(self->resolver_, request, access);
   if (check != Errc::ok) {
-    send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
+    self->send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
     return UCS_OK;
   }
-  const std::uint64_t old = apply_atomic(h, access);
-  send_reply(param->reply_ep, h.token, Errc::ok, nullptr, sizeof old, {}, old);
+  const std::uint64_t old = apply_atomic(request, access);
+  self->send_reply(param->reply_ep, h.token, Errc::ok, nullptr, sizeof old, {}, old);
   return UCS_OK;
 }
 

@@ -1,11 +1,13 @@
 #pragma once
 // The daemon's side of the UCX transport: registrations, the progress loop,
 // the server-assisted "am" data protocol and calls (see am_wire.hpp).
+#include "transport/reply_queue.hpp"
 #include "transport/transport.hpp"
 #include "transport/ucx/ucx_handles.hpp"
 #include "util/fd.hpp"
 #include "util/service_thread.hpp"
 
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -63,6 +65,12 @@ class UcxServerTransport final : public ServerTransport {
                    Header& out);
   void progress_loop(const std::stop_token& stop);
   void send_queued_replies();
+  // The progress thread's: every reply to a client goes out here.
+  void send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data, std::size_t length,
+                  std::shared_ptr<const void> owner, std::uint64_t value = 0, Bytes frame = {});
+  void delivered(ucp_ep_h ep);
+  static void reply_sent(void* request, ucs_status_t status, void* user_data);
+  static void write_received(void* request, ucs_status_t status, std::size_t length, void* user_data);
   void set_handler(unsigned id, ucp_am_recv_callback_t callback);
 
   ContextPtr context_;
@@ -74,13 +82,11 @@ class UcxServerTransport final : public ServerTransport {
   SegmentResolver resolver_;
   CallHandler calls_;
   // Call replies come from other threads; the progress thread sends them.
-  struct QueuedReply {
-    ucp_ep_h ep;
-    std::uint64_t token;
-    Bytes frame;
-  };
-  std::mutex replies_mutex_;
-  std::vector<QueuedReply> replies_;
+  ReplyQueue<ucp_ep_h> replies_{[this] { thread_.wake(); }};
+  // Replies handed to UCX and not yet completed, per client endpoint (the
+  // progress thread's; an entry goes when its count is back to 0).
+  std::map<ucp_ep_h, ReplyBacklog> backlogs_;
+  bool warned_backlog_ = false;
   util::ServiceThread thread_;  // last: stopped before the members its loop uses go
 };
 

@@ -1,6 +1,6 @@
 #include "transport/verbs/verbs_client.hpp"
 
-#include "transport/verbs/call_wire.hpp"
+#include "transport/verbs/verbs_calls.hpp"
 
 #include <netdb.h>
 #include <unistd.h>
@@ -186,11 +186,9 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
 VerbsChannel::~VerbsChannel() {
   std::lock_guard lock(transport_.mutex_);
   std::erase(transport_.channels_, this);
-  if (!failed_) {  // our own close: fail what is left without a "gone" warning
-    failed_ = true;
-    failure_ = "server " + peer_ + ": connection closed";
-  }
-  fail(Errc::server_gone, failure_);
+  // Our own close: fail what is left without a "gone" warning.
+  health_.fail("server " + peer_ + ": connection closed");
+  fail(Errc::server_gone, health_.reason());
   if (id_) rdma_disconnect(id_.get());
 }
 
@@ -205,28 +203,23 @@ void VerbsChannel::peer_lost(const std::string& reason) {
 
 std::optional<std::string> VerbsChannel::failure() const {
   std::lock_guard lock(transport_.mutex_);
-  if (!failed_) return std::nullopt;
-  return failure_;
+  return health_.failure();
 }
 
 // Fails everything queued or in flight. An RC QP that saw an error stays in
 // the error state, so the channel is done for good.
 void VerbsChannel::fail(Errc code, const std::string& message) {
-  if (!failed_) {
-    failed_ = true;
-    failure_ = message;
-    if (code == Errc::server_gone) spdlog::warn("libsmb: {}", message);
-  }
+  if (health_.fail(message) && code == Errc::server_gone) spdlog::warn("libsmb: {}", message);
+  const std::string& reason = health_.reason();
   // A call's completion is its PendingCall's to finish, not its SEND's.
   for (auto& p : backlog_)
-    if (p.opcode != IBV_WR_SEND) p.completion->finish(code, failure_);
+    if (p.opcode != IBV_WR_SEND) p.completion->finish(code, reason);
   backlog_.clear();
   // Slots stay taken: the NIC may still flush into them, and nothing is posted again.
   for (auto& slot : in_flight_)
     if (slot && slot->completion && slot->opcode != IBV_WR_SEND)
-      std::exchange(slot->completion, nullptr)->finish(code, failure_);
-  for (auto& [token, call] : calls_) call.completion->finish(code, failure_);
-  calls_.clear();
+      std::exchange(slot->completion, nullptr)->finish(code, reason);
+  calls_.fail_all(code, reason);
 }
 
 void VerbsChannel::drop(const Completion& completion) {
@@ -234,13 +227,7 @@ void VerbsChannel::drop(const Completion& completion) {
   // In flight: keep the slot until the NIC is done, but forget the caller.
   for (auto& slot : in_flight_)
     if (slot && slot->completion.get() == &completion) slot->completion = nullptr;
-  std::erase_if(calls_, [&](const auto& entry) { return entry.second.completion.get() == &completion; });
-}
-
-bool VerbsChannel::usable(const CompletionPtr& completion, const char* op) {
-  if (!failed_) return true;
-  completion->finish(Errc::server_gone, failure_ + " (during " + op + ")");
-  return false;
+  calls_.forget(completion);
 }
 
 void VerbsChannel::poll_cm_events() {
@@ -261,7 +248,7 @@ int VerbsChannel::poll_completions() {
     const auto slot = static_cast<std::uint32_t>(wc[i].wr_id);
     if (wc[i].wr_id & kRecvBit) {
       if (wc[i].status != IBV_WC_SUCCESS) {
-        if (!failed_) fail(errc_of(wc[i].status), "server " + peer_ + ": receiving a reply failed: " +
+        if (!health_.failed()) fail(errc_of(wc[i].status), "server " + peer_ + ": receiving a reply failed: " +
                                                       ibv_wc_status_str(wc[i].status));
         continue;
       }
@@ -316,7 +303,7 @@ void VerbsChannel::complete(std::uint32_t slot) {
 // the server, i.e. visible. The rules guarantee the newest WR posted is
 // always signalled, so no op waits for a completion that never comes.
 void VerbsChannel::pump() {
-  while (!failed_ && !backlog_.empty() && !free_slots_.empty()) {
+  while (!health_.failed() && !backlog_.empty() && !free_slots_.empty()) {
     Piece& piece = backlog_.front();
     const bool send = piece.opcode == IBV_WR_SEND;
     if (send && credits_used_ >= kCallCredits) break;  // the server has no receive posted for more
@@ -398,7 +385,7 @@ std::unique_ptr<RemoteSegment> VerbsChannel::attach(const SegmentDescriptor& seg
                                     " has no verbs rkey (is smbd running with --transport verbs?)");
   std::memcpy(&rkey, segment.remote_key.data(), sizeof rkey);
   std::lock_guard lock(transport_.mutex_);
-  if (failed_) throw Error(Errc::server_gone, failure_);
+  health_.throw_if_failed();
   return std::make_unique<VerbsRemoteSegment>(segment, rkey);
 }
 
@@ -406,7 +393,7 @@ void VerbsChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src
                        const CompletionPtr& completion) {
   auto& remote = static_cast<VerbsRemoteSegment&>(seg);
   std::lock_guard lock(transport_.mutex_);
-  if (!usable(completion, "write")) return;
+  if (!health_.admit(completion, "write")) return;
   Piece p{completion, IBV_WR_RDMA_WRITE, remote.descriptor().address + offset, remote.rkey(),
           static_cast<const std::byte*>(src), nullptr, 0, 0, 0};
   p.lkey = registered(src, length);
@@ -417,7 +404,7 @@ void VerbsChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std:
                        const CompletionPtr& completion) {
   auto& remote = static_cast<VerbsRemoteSegment&>(seg);
   std::lock_guard lock(transport_.mutex_);
-  if (!usable(completion, "read")) return;
+  if (!health_.admit(completion, "read")) return;
   Piece p{completion, IBV_WR_RDMA_READ, remote.descriptor().address + offset, remote.rkey(),
           nullptr, static_cast<std::byte*>(dst), 0, 0, 0};
   p.lkey = registered(dst, length);
@@ -430,7 +417,7 @@ void VerbsChannel::atomic(ibv_wr_opcode opcode, const char* what, RemoteSegment&
                           const CompletionPtr& completion) {
   auto& remote = static_cast<VerbsRemoteSegment&>(seg);
   std::lock_guard lock(transport_.mutex_);
-  if (!usable(completion, what)) return;
+  if (!health_.admit(completion, what)) return;
   // RDMA atomics need an 8-byte aligned remote address.
   if ((remote.descriptor().address + offset) % 8 != 0)
     return completion->finish(Errc::invalid_argument, std::string(what) + ": offset is not 8-byte aligned");
@@ -490,11 +477,10 @@ ChannelCaps VerbsChannel::caps() const {
 void VerbsChannel::call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
                         const CompletionPtr& completion) {
   std::lock_guard lock(transport_.mutex_);
-  if (!usable(completion, "call")) return;
+  if (!health_.admit(completion, "call")) return;
   if (frame.size() > kCallFrameRoom || payload.size() > caps().max_call_payload)
     return completion->finish(Errc::invalid_argument, "server " + peer_ + ": call too large for one message");
-  const std::uint64_t token = next_token_++;
-  calls_.emplace(token, PendingCall{completion, reply});
+  const std::uint64_t token = calls_.add(PendingCall{completion, reply});
   Piece p{completion, IBV_WR_SEND, 0, 0, payload.data(), nullptr, static_cast<std::uint32_t>(payload.size()), 0, 0};
   const CallHeader header{token, static_cast<std::uint32_t>(frame.size()), 0};
   p.message.resize(sizeof header + frame.size());
@@ -511,16 +497,13 @@ void VerbsChannel::on_reply(std::uint32_t slot, std::size_t length) {
   CallHeader header{};
   if (length >= sizeof header) {
     std::memcpy(&header, message, sizeof header);
-    auto it = calls_.find(header.token);
-    if (it != calls_.end()) {
-      auto call = std::move(it->second);
-      calls_.erase(it);
+    if (auto call = calls_.take(header.token)) {
       if (header.frame_length > length - sizeof header) {
-        call.completion->finish(Errc::protocol, "server " + peer_ + ": truncated call reply");
+        call->completion->finish(Errc::protocol, "server " + peer_ + ": truncated call reply");
       } else {
         const auto* bytes = reinterpret_cast<const std::uint8_t*>(message) + sizeof header;
-        call.reply->assign(bytes, bytes + header.frame_length);
-        call.completion->finish();
+        call->reply->assign(bytes, bytes + header.frame_length);
+        call->completion->finish();
       }
     }
   }

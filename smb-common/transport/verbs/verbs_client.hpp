@@ -14,6 +14,8 @@
 //
 // Calls go out as SENDs from a slot; their replies land in receives posted
 // at connect (call_wire.hpp), at most kCallCredits calls unanswered.
+#include "transport/channel_health.hpp"
+#include "transport/pending_table.hpp"
 #include "transport/transport.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 
@@ -136,7 +138,6 @@ class VerbsChannel final : public Channel {
   void poll_cm_events();
   void fail(Errc code, const std::string& message);
   void drop(const Completion& completion);
-  bool usable(const CompletionPtr& completion, const char* op);
 
   VerbsClientTransport& transport_;
   std::string peer_;
@@ -155,12 +156,10 @@ class VerbsChannel final : public Channel {
   std::deque<Piece> backlog_;
   std::deque<std::uint32_t> posted_;  // slots in flight, in posting order
   std::uint32_t unsignalled_ = 0;     // WRs posted since the last signalled one
-  std::unordered_map<std::uint64_t, PendingCall> calls_;  // by token
-  std::uint64_t next_token_ = 1;
+  PendingTable<PendingCall> calls_;
   std::uint32_t credits_used_ = 0;  // calls sent whose reply has not come (abandoned ones too)
   std::string device_;
-  bool failed_ = false;
-  std::string failure_;
+  ChannelHealth health_;
 };
 
 }  // namespace smb::transport::verbs

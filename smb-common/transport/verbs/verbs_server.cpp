@@ -1,7 +1,7 @@
 #include "transport/verbs/verbs_server.hpp"
 
-#include "transport/call_parts.hpp"
-#include "transport/verbs/call_wire.hpp"
+#include "transport/call_wire.hpp"
+#include "transport/verbs/verbs_calls.hpp"
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -29,6 +29,7 @@ struct VerbsServerTransport::Connection {
   MrPtr sends_mr;
   std::vector<std::uint32_t> free_sends;
   std::deque<std::pair<std::uint64_t, Bytes>> waiting;  // replies waiting for a send slot
+  ReplyBacklog backlog;  // waiting and posted replies, bounded (reply_queue.hpp)
   IdPtr id;
 
   std::byte* receive(std::uint32_t slot) { return receives.data() + std::size_t{slot} * kCallMessage; }
@@ -125,10 +126,11 @@ void VerbsServerTransport::poll_connection(Connection& c) {
         on_call(c, slot, wc[i].byte_len);
       } else {
         c.free_sends.push_back(slot);
+        c.backlog.delivered();
         if (!c.waiting.empty()) {
           auto [token, frame] = std::move(c.waiting.front());
           c.waiting.pop_front();
-          send_reply(c, token, frame);
+          post_reply(c, token, frame);
         }
       }
     }
@@ -151,41 +153,35 @@ void VerbsServerTransport::on_call(Connection& c, std::uint32_t slot, std::size_
   if (!whole) return;  // no token to answer to
   std::weak_ptr<Connection> weak = connections_.at(c.id.get());
   calls_(std::move(parts->frame), std::move(parts->payload), [this, weak, token = header.token](Bytes reply) {
-    {
-      std::lock_guard lock(replies_mutex_);
-      replies_.push_back({weak, token, std::move(reply)});
-    }
-    thread_.wake();
+    replies_.push(weak, token, std::move(reply));
   });
 }
 
 void VerbsServerTransport::send_replies() {
-  std::vector<QueuedReply> batch;
-  {
-    std::lock_guard lock(replies_mutex_);
-    batch.swap(replies_);
-  }
-  for (auto& r : batch)
-    if (auto c = r.connection.lock()) send_reply(*c, r.token, r.frame);
+  for (auto& r : replies_.take())
+    if (auto c = r.peer.lock()) send_reply(*c, r.token, std::move(r.frame));
 }
 
-void VerbsServerTransport::send_reply(Connection& c, std::uint64_t token, const Bytes& frame) {
+void VerbsServerTransport::send_reply(Connection& c, std::uint64_t token, Bytes frame) {
   if (sizeof(CallHeader) + frame.size() > kReplyMessage) {
     spdlog::error("verbs: a reply of {} bytes does not fit a reply message; dropped", frame.size());
     return;
   }
-  if (c.free_sends.empty()) {
-    // An honest client has at most kCallCredits calls unanswered; one whose
-    // replies pile up beyond that does not take them (no receives posted) or
-    // ignores its credits: drop it rather than queue without bound.
-    if (c.waiting.size() >= 4 * kCallCredits) {
-      spdlog::warn("verbs: a client does not take its call replies; disconnecting it");
-      rdma_disconnect(c.id.get());
-      return;
-    }
-    c.waiting.emplace_back(token, frame);
+  if (!c.backlog.admit()) {
+    spdlog::warn("verbs: a client does not take its call replies ({} undelivered); disconnecting it",
+                 c.backlog.undelivered());
+    rdma_disconnect(c.id.get());
     return;
   }
+  if (c.free_sends.empty()) {
+    c.waiting.emplace_back(token, std::move(frame));
+    return;
+  }
+  post_reply(c, token, frame);
+}
+
+// Posts an admitted reply into a free send slot.
+void VerbsServerTransport::post_reply(Connection& c, std::uint64_t token, const Bytes& frame) {
   const std::uint32_t slot = c.free_sends.back();
   std::byte* buffer = c.sends.data() + std::size_t{slot} * kReplyMessage;
   const CallHeader header{token, static_cast<std::uint32_t>(frame.size()), 0};
@@ -202,6 +198,7 @@ void VerbsServerTransport::send_reply(Connection& c, std::uint64_t token, const 
   ibv_send_wr* bad = nullptr;
   if (int rc = ibv_post_send(c.id->qp, &wr, &bad); rc != 0) {
     spdlog::debug("verbs: posting a reply failed: {}", std::strerror(rc));
+    c.backlog.delivered();  // never will be: the connection is ending
     return;
   }
   c.free_sends.pop_back();

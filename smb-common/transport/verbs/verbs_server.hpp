@@ -5,6 +5,7 @@
 // does nothing per op. Calls (vector ops, version waits) come as SENDs into
 // receives each connection keeps posted (call_wire.hpp); replies go back as
 // SENDs, posted by this thread.
+#include "transport/reply_queue.hpp"
 #include "transport/transport.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 #include "util/fd.hpp"
@@ -42,11 +43,6 @@ class VerbsServerTransport final : public ServerTransport {
 
  private:
   struct Connection;
-  struct QueuedReply {
-    std::weak_ptr<Connection> connection;
-    std::uint64_t token;
-    Bytes frame;
-  };
 
   void event_loop(const std::stop_token& stop);
   void on_event(const rdma_cm_event& event);
@@ -54,7 +50,9 @@ class VerbsServerTransport final : public ServerTransport {
   void poll_connection(Connection& c);
   void on_call(Connection& c, std::uint32_t slot, std::size_t length);
   void send_replies();
-  void send_reply(Connection& c, std::uint64_t token, const Bytes& frame);
+  // Holds the reply against the client's backlog, then posts it or queues it for a send slot.
+  void send_reply(Connection& c, std::uint64_t token, Bytes frame);
+  void post_reply(Connection& c, std::uint64_t token, const Bytes& frame);
 
   // Declaration order is destruction order in reverse: connections (QPs)
   // before the CQ and PD, the listening id before its event channel.
@@ -66,8 +64,8 @@ class VerbsServerTransport final : public ServerTransport {
   std::map<rdma_cm_id*, std::shared_ptr<Connection>> connections_;  // touched only by the thread once started
   Bytes address_;
   CallHandler calls_;
-  std::mutex replies_mutex_;  // replies come from other threads; the thread sends them
-  std::vector<QueuedReply> replies_;
+  // Replies come from other threads; the thread sends them.
+  ReplyQueue<std::weak_ptr<Connection>> replies_{[this] { thread_.wake(); }};
   util::ServiceThread thread_;  // last: stopped before the members its loop uses go
 };
 

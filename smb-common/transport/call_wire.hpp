@@ -1,6 +1,11 @@
 #pragma once
-// A call's data as every transport receives it (transport.hpp): the control
-// frame, then the raw payload. Split here, in one place, from bytes a client
+// Calls on the wire, the same for every transport (transport.hpp): a call is
+// CallHeader, then the control frame (frame_length bytes), then the raw
+// payload; the server's reply echoes the token. How the bytes travel is the
+// transport's business (UCX: an active message; verbs: a SEND into a posted
+// receive), what they mean is not.
+//
+// The frame/payload split happens here, in one place, from bytes a client
 // sent, so that no transport trusts a frame length it was told.
 #include <cstdint>
 #include <optional>
@@ -8,6 +13,13 @@
 #include <vector>
 
 namespace smb::transport {
+
+struct CallHeader {
+  std::uint64_t token;         // the client's id for the call (PendingTable), echoed in the reply
+  std::uint32_t frame_length;  // the frame's bytes; the payload is what follows it
+  std::uint32_t reserved;      // 0
+};
+static_assert(sizeof(CallHeader) == 16);
 
 struct CallParts {
   std::vector<std::uint8_t> frame;

@@ -1,0 +1,23 @@
+#!/bin/bash
+# Installs the build (cmake --install) into a scratch prefix, then builds
+# and runs a user's project against it (consumer/): find_package(smb) must
+# work without libsmb's private dependencies (UCX, spdlog, json, xxhash).
+# $1: the build directory, $2: tests/package.
+set -euo pipefail
+build=$1 here=$2
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+cmake --install "$build" --prefix "$scratch/prefix" >"$scratch/install.log" || { cat "$scratch/install.log"; exit 1; }
+for header in smb.hpp smb.h config.h client.hpp update_engine.hpp; do
+  [[ -f $scratch/prefix/include/smb/$header ]] || { echo "not installed: include/smb/$header"; exit 1; }
+done
+private='PkgConfig::|spdlog::|nlohmann_json|find_dependency|pkg_check_modules|ucp|ibverbs'
+if grep -rnE "$private" "$scratch/prefix/lib/cmake/smb/" | grep -vE ':[0-9]+:\s*#'; then
+  echo "the exported package (above) needs a private dependency of libsmb"
+  exit 1
+fi
+cmake -S "$here/consumer" -B "$scratch/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$scratch/prefix" \
+  -DCMAKE_BUILD_TYPE=Release >"$scratch/configure.log" || { cat "$scratch/configure.log"; exit 1; }
+cmake --build "$scratch/consumer" || exit 1
+"$scratch/consumer/consumer_cpp"
+"$scratch/consumer/consumer_c"

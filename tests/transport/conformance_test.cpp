@@ -1,0 +1,261 @@
+// The transport conformance suite: one channel of every transport this build
+// has, driven directly through transport.hpp (no smbd, no control plane), as
+// UCX's uct tests drive each transport. What every transport must do:
+// put/get that land in the server's memory, atomics on it, calls that carry
+// frame and payload and bring the reply back, many calls at once
+// (back-pressure: credits, reply queues), and failing, not hanging, once
+// the server is gone. A transport that cannot run here is skipped, saying why.
+#include "transport/registry.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+
+namespace smb::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct TransportCase {
+  std::string label;      // test-name suffix
+  std::string transport;  // registry name
+  const char* ucx_tls;    // UCX_TLS for the case (nullptr: unset)
+};
+
+std::vector<TransportCase> cases() {
+  std::vector<TransportCase> out;
+  for (const auto& name : transport_names()) {
+    if (name == "ucx") {
+      out.push_back({"ucx_shm", "ucx", nullptr});
+      out.push_back({"ucx_tcp", "ucx", "tcp,self"});
+    } else {
+      out.push_back({name, name, nullptr});
+    }
+  }
+  return out;
+}
+
+constexpr std::uint64_t kSegmentId = 7;
+constexpr std::size_t kPoolBytes = 4u << 20;
+
+// Page-aligned memory for the server's pool (as smbd's MemoryPool).
+struct Pool {
+  Pool() : base(static_cast<std::byte*>(::mmap(nullptr, kPoolBytes, PROT_READ | PROT_WRITE,
+                                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0))) {
+    if (base == MAP_FAILED) throw std::runtime_error("mmap failed");
+  }
+  ~Pool() { ::munmap(base, kPoolBytes); }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  std::byte* base;
+};
+
+class TransportConformance : public testing::TestWithParam<TransportCase> {
+ protected:
+  void SetUp() override {
+    const auto& c = GetParam();
+    if (c.ucx_tls != nullptr) {
+      ::setenv("UCX_TLS", c.ucx_tls, 1);
+    } else {
+      ::unsetenv("UCX_TLS");
+    }
+    if (c.transport != "ucx") {
+      // As the integration fixture: $SMB_TEST_<NAME>_ADDRESS (verbs: also
+      // $SMB_TEST_NATIVE_VERBS), else loopback; verbs needs an RDMA interface.
+      std::string variable = "SMB_TEST_";
+      for (char ch : c.transport) variable += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      const char* ip = std::getenv((variable + "_ADDRESS").c_str());
+      if ((ip == nullptr || *ip == '\0') && c.transport == "verbs") ip = std::getenv("SMB_TEST_NATIVE_VERBS");
+      if ((ip == nullptr || *ip == '\0') && c.transport == "verbs")
+        GTEST_SKIP() << "verbs: needs an RDMA device; set SMB_TEST_NATIVE_VERBS to the IPv4 address of its "
+                        "interface (this kernel has no RDMA support; the soft-RoCE VM has)";
+      peer_ = std::string(ip != nullptr && *ip != '\0' ? ip : "127.0.0.1") + ":0";
+    }
+    server_ = make_server_transport(c.transport);
+    pool_registration_ = server_->register_pool(pool_.base, kPoolBytes);
+    segment_registration_ = server_->register_memory(pool_.base, kPoolBytes);
+    server_->start(
+        [this](std::uint64_t id) -> std::optional<SegmentAccess> {
+          if (id != kSegmentId) return std::nullopt;
+          return SegmentAccess{nullptr, pool_.base, kPoolBytes};
+        },
+        // The call handler echoes: the reply frame is the frame, then the
+        // payload's byte sum (8 bytes), answered from another thread as
+        // smbd's worker pool does.
+        [](Bytes frame, Bytes payload, Respond respond) {
+          std::thread([frame = std::move(frame), payload = std::move(payload), respond = std::move(respond)]() mutable {
+            std::uint64_t sum = std::accumulate(payload.begin(), payload.end(), std::uint64_t{0});
+            Bytes reply = frame;
+            reply.resize(frame.size() + sizeof sum);
+            std::memcpy(reply.data() + frame.size(), &sum, sizeof sum);
+            respond(std::move(reply));
+          }).detach();
+        });
+    client_ = make_client_transport(c.transport);
+    channel_ = client_->connect(server_->address(), peer_);
+    SegmentDescriptor d{kSegmentId, reinterpret_cast<std::uint64_t>(pool_.base), kPoolBytes,
+                        segment_registration_->remote_key()};
+    segment_ = channel_->attach(d);
+  }
+
+  void TearDown() override {
+    segment_.reset();
+    channel_.reset();
+    client_.reset();
+    stop_server();
+  }
+
+  // Registrations go before the transport that made them (as in smbd).
+  void stop_server() {
+    if (server_) server_->stop();
+    segment_registration_.reset();
+    pool_registration_.reset();
+    server_.reset();
+  }
+
+  CompletionPtr expecting() {
+    auto c = std::make_shared<Completion>();
+    c->expect();
+    return c;
+  }
+  // Progress until `c` is done; false after `limit`.
+  bool wait(const CompletionPtr& c, std::chrono::milliseconds limit = 10s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!c->done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      client_->progress();
+    }
+    return true;
+  }
+  void wait_ok(const CompletionPtr& c, const char* what) {
+    ASSERT_TRUE(wait(c)) << what << ": no completion within 10 s";
+    ASSERT_NO_THROW(c->throw_if_failed()) << what;
+  }
+  std::uint64_t& word(std::size_t offset) { return *reinterpret_cast<std::uint64_t*>(pool_.base + offset); }
+
+  Pool pool_;
+  std::string peer_ = "127.0.0.1:0";
+  std::unique_ptr<ServerTransport> server_;
+  std::unique_ptr<Registration> pool_registration_;
+  std::unique_ptr<Registration> segment_registration_;
+  std::unique_ptr<ClientTransport> client_;
+  std::unique_ptr<Channel> channel_;
+  std::unique_ptr<RemoteSegment> segment_;
+};
+
+TEST_P(TransportConformance, CapabilitiesAreStated) {
+  const auto caps = channel_->caps();
+  EXPECT_GE(caps.max_call_payload, 64u * 1024) << "calls carry at least 64 KiB of payload";
+  EXPECT_FALSE(channel_->describe().empty());
+}
+
+TEST_P(TransportConformance, PutLandsInTheServersMemoryAndGetReadsItBack) {
+  std::vector<std::uint8_t> out(300 * 1024), in(out.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  auto put = expecting();
+  channel_->put(*segment_, 4096 + 5, out.data(), out.size(), put);
+  wait_ok(put, "put");
+  EXPECT_EQ(std::memcmp(pool_.base + 4096 + 5, out.data(), out.size()), 0) << "the server's memory holds the bytes";
+  std::memset(pool_.base + 4096 + 5, 0xab, 16);  // the server changes them: get must see it
+  auto get = expecting();
+  channel_->get(*segment_, 4096 + 5, in.data(), in.size(), get);
+  wait_ok(get, "get");
+  EXPECT_EQ(in[0], 0xab);
+  EXPECT_EQ(std::memcmp(in.data() + 16, out.data() + 16, out.size() - 16), 0);
+}
+
+TEST_P(TransportConformance, AtomicsWorkOnTheServersWord) {
+  word(64) = 40;
+  std::uint64_t old = 0;
+  auto add = expecting();
+  channel_->fetch_add(*segment_, 64, 2, &old, add);
+  wait_ok(add, "fetch_add");
+  EXPECT_EQ(old, 40u);
+  EXPECT_EQ(word(64), 42u);
+  auto miss = expecting();
+  channel_->compare_swap(*segment_, 64, 41, 100, &old, miss);
+  wait_ok(miss, "compare_swap (no swap)");
+  EXPECT_EQ(old, 42u);
+  EXPECT_EQ(word(64), 42u);
+  auto hit = expecting();
+  channel_->compare_swap(*segment_, 64, 42, 100, &old, hit);
+  wait_ok(hit, "compare_swap");
+  EXPECT_EQ(old, 42u);
+  EXPECT_EQ(word(64), 100u);
+}
+
+TEST_P(TransportConformance, CallsCarryFrameAndPayloadAndBringTheReplyBack) {
+  const std::vector<std::uint8_t> frame{1, 2, 3, 4, 5};
+  std::vector<std::byte> payload(channel_->caps().max_call_payload, std::byte{1});
+  Bytes reply;
+  auto call = expecting();
+  channel_->call(frame, payload, &reply, call);
+  wait_ok(call, "call");
+  ASSERT_EQ(reply.size(), frame.size() + 8);
+  EXPECT_TRUE(std::equal(frame.begin(), frame.end(), reply.begin()));
+  std::uint64_t sum = 0;
+  std::memcpy(&sum, reply.data() + frame.size(), sizeof sum);
+  EXPECT_EQ(sum, payload.size());
+}
+
+// More calls than any credit window at once: the transport queues what it
+// cannot send yet, and every reply comes back to its own call.
+TEST_P(TransportConformance, ManyCallsAtOnceAllComeBack) {
+  constexpr int kCalls = 200;
+  std::vector<std::vector<std::uint8_t>> frames(kCalls);
+  std::vector<std::vector<std::byte>> payloads(kCalls);
+  std::vector<Bytes> replies(kCalls);
+  auto all = std::make_shared<Completion>();
+  all->expect(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    frames[i] = {static_cast<std::uint8_t>(i), static_cast<std::uint8_t>(i >> 8)};
+    payloads[i].assign(static_cast<std::size_t>(i + 1), std::byte{2});
+    channel_->call(frames[i], payloads[i], &replies[i], all);
+  }
+  wait_ok(all, "200 calls");
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_EQ(replies[i].size(), 10u) << i;
+    EXPECT_EQ(replies[i][0], static_cast<std::uint8_t>(i)) << "reply " << i << " answers its own call";
+    std::uint64_t sum = 0;
+    std::memcpy(&sum, replies[i].data() + 2, sizeof sum);
+    EXPECT_EQ(sum, 2u * static_cast<std::uint64_t>(i + 1)) << i;
+  }
+}
+
+TEST_P(TransportConformance, AGoneServerFailsOpsInsteadOfHanging) {
+  stop_server();  // the server's side of every connection goes
+  if (!channel_->caps().detects_peer_failure) channel_->peer_lost("its control connection closed (test)");
+  std::vector<std::uint8_t> data(4096);
+  Bytes reply;
+  const std::vector<std::uint8_t> frame{9};
+  auto call = expecting();
+  channel_->call(frame, {}, &reply, call);
+  ASSERT_TRUE(wait(call, 30s)) << "a call to a gone server must fail, not hang";
+  EXPECT_THROW(call->throw_if_failed(), Error);
+  auto late = expecting();
+  channel_->get(*segment_, 0, data.data(), data.size(), late);
+  ASSERT_TRUE(wait(late, 30s));
+  try {
+    late->throw_if_failed();
+    ADD_FAILURE() << "an op after the failure succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::server_gone) << e.what();
+  }
+  EXPECT_TRUE(channel_->failure().has_value());
+}
+
+std::string case_name(const testing::TestParamInfo<TransportCase>& param) { return param.param.label; }
+
+INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance, testing::ValuesIn(cases()), case_name);
+
+}  // namespace
+}  // namespace smb::transport
