@@ -10,12 +10,10 @@
 namespace smb::server {
 
 using protocol::Body;
-using protocol::MessageType;
 
 namespace {
 
 constexpr std::uint64_t kMaxWaitMs = 24ull * 3600 * 1000;
-constexpr SessionId kCallSession = 0;  // data-path calls: no session to index
 
 std::chrono::milliseconds duration_field(const Body& request, const char* field, const char* what) {
   const auto ms = protocol::get_u64(request, field, what);

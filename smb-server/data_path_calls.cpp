@@ -9,14 +9,9 @@
 // as calls is the routing table's business (message_routes.cpp).
 #include "control_server.hpp"
 
-#include <spdlog/spdlog.h>
-
 namespace smb::server {
 
-
 namespace {
-constexpr SessionId kCallSession = 0;  // control sessions count from 1
-
 protocol::Header call_header(const transport::Bytes& frame) {
   if (frame.size() < protocol::kHeaderSize) throw Error(Errc::protocol, "call frame shorter than a header");
   auto header =

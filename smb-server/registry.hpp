@@ -26,6 +26,8 @@
 namespace smb::server {
 
 using SessionId = std::uint64_t;
+// Data-path calls have no session; control sessions count from 1.
+inline constexpr SessionId kCallSession = 0;
 
 struct Segment {
   std::string name;
