@@ -106,7 +106,7 @@ void ControlServer::serve(SessionId session, std::uint16_t type, std::span<const
   reply = reply_once(std::move(reply));
   guarded(type, reply, [&] {
     const Route& route = route_for(type, kControl);
-    dispatch(route, Request{session, type, protocol::decode_body(body), std::move(payload)}, reply, true);
+    dispatch(route, Request{session, type, kControl, protocol::decode_body(body), std::move(payload)}, reply, true);
   });
 }
 
@@ -114,9 +114,7 @@ void ControlServer::dispatch(const Route& route, Request request, ReplyFn reply,
   auto run = [this, &route, request = std::move(request), reply]() mutable {
     guarded(request.type, reply, [&] { route.handler(services_, request, reply); });
   };
-  if (route.runs_on == RunsOn::worker_pool)
-    asio::post(workers_, std::move(run));
-  else if (on_io_thread)
+  if (route.runs_on == RunsOn::arrival || on_io_thread)
     run();
   else
     asio::post(io_, std::move(run));

@@ -37,7 +37,7 @@ void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload,
   guarded(header.type, reply, [&] {
     const Route& route = route_for(header.type, kCall);
     auto body = protocol::decode_body(std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize));
-    dispatch(route, Request{kCallSession, header.type, std::move(body), std::move(payload)}, reply, false);
+    dispatch(route, Request{kCallSession, header.type, kCall, std::move(body), std::move(payload)}, reply, false);
   });
 }
 

@@ -22,18 +22,62 @@ void deferred(Services& s, Request& r, const ReplyFn& reply) {
   (s.coordination.*serve)(r.session, r.body, reply);
 }
 
-// Runs on the worker pool; then, on the io thread, wakes the buffer's
-// version waiters and replies.
-void vector_op(Services& s, Request& r, const ReplyFn& reply) {
-  auto answer = replying(r.type, [&] { return s.requests.vector_op(r.body, std::move(r.payload)); });
+// Vector ops of at most this many bytes of x run where they arrive: a few
+// microseconds of memory time, less than a hand-off to another thread costs.
+constexpr std::uint64_t kInlineVectorBytes = 64 * 1024;
+
+// count x element size as the request states it; the largest value when it
+// cannot tell (the registry reports what is wrong, on the pool).
+std::uint64_t vector_work_bytes(const Body& body) {
+  const auto count = body.find("count");
+  const auto dtype = body.find("dtype");
+  if (count == body.end() || dtype == body.end() || !count->is_number_unsigned() || !dtype->is_number_unsigned())
+    return UINT64_MAX;
+  const auto type = dtype->get<std::uint64_t>();
+  const std::size_t size = type > 0xff ? 0 : element_size(static_cast<DType>(type));
+  const auto n = count->get<std::uint64_t>();
+  return size == 0 || n > UINT64_MAX / size ? UINT64_MAX : n * size;
+}
+
+// Wakes the buffer's version waiters (coordination lives on the io thread)
+// and replies: a call's reply at once, from this thread; a session's on the io
+// thread.
+void finish_vector_op(Services& s, const Request& r, Body answer, const ReplyFn& reply, bool on_io_thread) {
   auto name = r.body.find("name");
   std::string advanced =
       protocol::is_ok(answer) && name != r.body.end() && name->is_string() ? name->get<std::string>() : std::string();
+  if (on_io_thread) {
+    if (!advanced.empty()) s.coordination.version_advanced(advanced);
+    return reply(std::move(answer));
+  }
+  if (r.path == kCall) {
+    if (!advanced.empty())
+      boost::asio::post(s.io, [&s, advanced = std::move(advanced)] { s.coordination.version_advanced(advanced); });
+    return reply(std::move(answer));
+  }
   boost::asio::post(s.io, [&s, answer = std::move(answer), advanced = std::move(advanced), reply, type = r.type] {
     guarded(type, reply, [&] {
       if (!advanced.empty()) s.coordination.version_advanced(advanced);
       reply(answer);
     });
+  });
+}
+
+// A small op runs here, where it arrived, unless another op holds the buffer;
+// a large or blocked one goes to the worker pool, which may wait.
+void vector_op(Services& s, Request& r, const ReplyFn& reply) {
+  if (vector_work_bytes(r.body) <= kInlineVectorBytes) {
+    std::optional<Body> answer;
+    try {
+      answer = s.requests.vector_op(r.body, r.payload, /*wait=*/false);
+    } catch (...) {
+      answer = current_error_reply(r.type);
+    }
+    if (answer) return finish_vector_op(s, r, std::move(*answer), reply, r.path == kControl);
+  }
+  boost::asio::post(s.workers, [&s, r = std::move(r), reply]() mutable {
+    auto answer = replying(r.type, [&] { return *s.requests.vector_op(r.body, r.payload, /*wait=*/true); });
+    finish_vector_op(s, r, std::move(answer), reply, false);
   });
 }
 
@@ -54,8 +98,8 @@ constexpr std::array kRoutes{
     Route{MessageType::stat, kControl, io_thread, at_once<&RequestHandler::stat>},
     Route{MessageType::list_layouts, kControl, io_thread, at_once<&RequestHandler::list_layouts>},
     Route{MessageType::abandon_name, kControl, io_thread, at_once<&RequestHandler::abandon_name>},
-    Route{MessageType::vector_op, kBoth, worker_pool, vector_op},
-    Route{MessageType::get_version, kBoth, io_thread, at_once<&RequestHandler::get_version>},
+    Route{MessageType::vector_op, kBoth, arrival, vector_op},
+    Route{MessageType::get_version, kBoth, arrival, at_once<&RequestHandler::get_version>},
     Route{MessageType::wait_version, kBoth, io_thread, deferred<&Coordination::wait_version>},
     Route{MessageType::lock, kControl, io_thread, deferred<&Coordination::lock>},
     Route{MessageType::unlock, kControl, io_thread, deferred<&Coordination::unlock>},

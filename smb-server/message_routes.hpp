@@ -20,13 +20,18 @@ enum Arrival : unsigned {
 };
 
 enum class RunsOn {
-  io_thread,    // the control server's thread, where coordination lives
-  worker_pool,  // off the io thread: bulk work (vector ops)
+  io_thread,  // the control server's thread, where coordination lives
+  // Where the request arrives (the io thread for sessions, the transport's
+  // thread for calls), with no hand-off on the way: for what is short and
+  // thread-safe. A handler may still move large work (or work that would
+  // wait for a lock) to the worker pool itself.
+  arrival,
 };
 
 // What handlers reach.
 struct Services {
   boost::asio::io_context& io;
+  boost::asio::thread_pool& workers;
   RequestHandler& requests;
   Coordination& coordination;
 };
@@ -34,13 +39,14 @@ struct Services {
 struct Request {
   SessionId session = 0;  // 0 for calls
   std::uint16_t type = 0;
+  Arrival path = kControl;
   protocol::Body body;
   transport::Bytes payload;  // a call's raw payload (a vector op's x)
 };
 
 // Answers through `reply`, exactly once, now or later (coordination); it may
-// throw, and its caller turns that into an error reply. Replies are sent on
-// the io thread.
+// throw, and its caller turns that into an error reply. A session's reply is
+// sent on the io thread; a call's reply from any thread.
 using Handler = void (*)(Services& services, Request& request, const ReplyFn& reply);
 
 struct Route {

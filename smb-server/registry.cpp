@@ -245,7 +245,7 @@ std::shared_ptr<Segment> Registry::find(const std::string& name) const {
 
 std::uint64_t Registry::version(const std::string& name) const { return find(name)->version.load(); }
 
-std::uint64_t Registry::apply(const VectorRequest& r) {
+std::optional<std::uint64_t> Registry::apply(const VectorRequest& r, bool wait) {
   const std::string what = std::string(vector_op_name(r.op)) + " on buffer '" + r.name + "'";
   const std::uint64_t esize = element_size(r.type);
   if (esize == 0) throw Error(Errc::invalid_argument, what + ": unknown element type");
@@ -283,7 +283,11 @@ std::uint64_t Registry::apply(const VectorRequest& r) {
       x = reinterpret_cast<const std::byte*>(r.data.data());
     }
   }
-  std::lock_guard op_lock(target->op_mutex);
+  std::unique_lock op_lock(target->op_mutex, std::defer_lock);
+  if (wait)
+    op_lock.lock();
+  else if (!op_lock.try_lock())
+    return std::nullopt;
   apply_vector_op(r.op, r.type, target->base + r.offset, x, r.count, r.alpha);
   return target->version.fetch_add(1) + 1;
 }

@@ -96,7 +96,10 @@ class Registry {
   Page<Layout> list_layouts(const std::string& after, std::size_t limit) const;
 
   // Applies a vector op; returns the segment's new version.
-  std::uint64_t apply(const VectorRequest& request);
+  // Returns the buffer's new version. With `wait` false it does not wait for
+  // another op on the same buffer: nullopt when one is running (the caller
+  // hands the op to a thread that may wait).
+  std::optional<std::uint64_t> apply(const VectorRequest& request, bool wait = true);
   std::uint64_t version(const std::string& name) const;
 
   void session_closed(SessionId session);

@@ -64,8 +64,14 @@ Body page_reply(Body fields, const char* items, const Page<T>& page, Body list) 
 
 }  // namespace
 
-Body RequestHandler::vector_op(const Body& request, transport::Bytes payload) {
-  return protocol::ok_reply({{"version", registry_.apply(vector_request(request, std::move(payload)))}});
+std::optional<Body> RequestHandler::vector_op(const Body& request, transport::Bytes& payload, bool wait) {
+  auto r = vector_request(request, std::move(payload));
+  const auto version = registry_.apply(r, wait);
+  if (!version) {
+    if (!r.source && !request.contains("data")) payload = std::move(r.data);  // for the retry
+    return std::nullopt;
+  }
+  return protocol::ok_reply({{"version", *version}});
 }
 
 // A layout reserved here must be one this fabric could hold: its share on

@@ -35,8 +35,9 @@ class RequestHandler {
   Body list_layouts(SessionId session, const Body& request);
   Body get_version(SessionId session, const Body& request);
   // x in the body ("data"), in another buffer ("source"), or in `payload`
-  // (a call's raw payload, see transport.hpp).
-  Body vector_op(const Body& request, transport::Bytes payload);
+  // (a call's raw payload, see transport.hpp). With `wait` false: nullopt,
+  // and `payload` untouched, when another op holds the buffer.
+  std::optional<Body> vector_op(const Body& request, transport::Bytes& payload, bool wait);
 
  private:
   void check_fits(const Layout& layout) const;

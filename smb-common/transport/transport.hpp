@@ -90,6 +90,13 @@ using SegmentResolver = std::function<std::optional<SegmentAccess>(std::uint64_t
 using Respond = std::function<void(Bytes reply_frame)>;
 using CallHandler = std::function<void(Bytes frame, Bytes payload, Respond respond)>;
 
+// How the server's progress thread waits for work (smbd --poll).
+struct ServerTuning {
+  // Busy-poll: never sleep between events. Lower latency for small ops at
+  // the price of a core; the default sleeps when idle (no CPU between ops).
+  bool busy_poll = false;
+};
+
 class ServerTransport {
  public:
   virtual ~ServerTransport() = default;
@@ -109,7 +116,7 @@ class ServerTransport {
   virtual std::unique_ptr<Registration> register_memory(void* base, std::size_t length) = 0;
   // Starts the progress thread; server-assisted ops resolve segments through
   // `resolver`, and calls go to `calls`.
-  virtual void start(SegmentResolver resolver, CallHandler calls) = 0;
+  virtual void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning) = 0;
   virtual void stop() = 0;
 };
 

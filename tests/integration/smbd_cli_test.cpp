@@ -4,6 +4,7 @@
 // message saying what to do.
 #include <smb/config.h>
 
+#include "fabric.hpp"
 #include "process.hpp"
 #include "smbd_process.hpp"
 
@@ -74,6 +75,25 @@ TEST(SmbdCli, BadFlagsExitNonZeroWithAMessage) {
     EXPECT_FALSE(r.err.empty()) << line << ": no message on stderr";
     EXPECT_EQ(r.out.find("smbd ready"), std::string::npos) << line;
   }
+}
+
+// --poll (busy-polling progress) serves calls and atomics like the default:
+// server-side accumulates verified, fetch-adds summed.
+TEST(SmbdCli, PollModeServesCallsAndAtomics) {
+  SmbdOptions options;
+  options.extra_args = {"--poll"};
+  SmbdProcess smbd(options);
+  for (const std::vector<std::string>& op : {std::vector<std::string>{"--op", "accumulate", "--size", "64K",
+                                                                      "--block", "4K", "--iters", "20"},
+                                             std::vector<std::string>{"--op", "fetch-add", "--size", "4K",
+                                                                      "--iters", "500", "--threads", "2"}}) {
+    std::vector<std::string> args = {"--servers", smbd.address(), "--verify"};
+    args.insert(args.end(), op.begin(), op.end());
+    const auto r = run_tool(smb_bench_path(), args, 60s);
+    EXPECT_TRUE(r.status.success()) << r.describe();
+    EXPECT_NE(r.out.find("verify     ok"), std::string::npos) << r.out;
+  }
+  EXPECT_TRUE(smbd.running());
 }
 
 // --help lists every transport of this build (the same list libsmb uses).

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <csignal>
 
 namespace {
 
@@ -77,6 +78,40 @@ TEST_P(ToolsTest, SmbctlStatusJsonShowsPerServerUsedBytes) {
     total += s.value("used", 0ull);
   }
   EXPECT_EQ(doc["total"].value("used", 0ull), total);
+}
+
+// The small-op latency benchmarks: compare-and-swap increments verified by
+// the words' sum, a notify/wait ping-pong, and barriers of two processes.
+TEST_P(ToolsTest, BenchSmallOpsRunAndVerify) {
+  const auto cas = run_bench({"--op", "compare-swap", "--size", "64", "--iters", "300", "--threads", "2", "--verify",
+                              "--json"});
+  ASSERT_TRUE(cas.status.success()) << cas.describe();
+  const auto cdoc = parse_json(cas);
+  EXPECT_EQ(cdoc.value("verified", false), true) << cas.out;
+  EXPECT_EQ(cdoc.value("ops", 0ull), 600u) << cas.out;
+
+  const auto notify = run_bench({"--op", "notify", "--size", "8", "--iters", "50", "--json"});
+  ASSERT_TRUE(notify.status.success()) << notify.describe();
+  const auto ndoc = parse_json(notify);
+  EXPECT_EQ(ndoc.value("ops", 0ull), 50u) << notify.out;
+  EXPECT_GT(ndoc.value("p50_us", 0.0), 0.0) << notify.out;
+
+  // Two processes of one thread each meet 20 times at one barrier.
+  const std::vector<std::string> args = {"--op", "barrier", "--name", "bar", "--size", "8", "--iters", "20",
+                                         "--parties", "2", "--json"};
+  std::vector<std::string> full = {"--servers", server_list()};
+  full.insert(full.end(), args.begin(), args.end());
+  const pid_t other = spawn(smb_bench_path(), full, -1, -1);
+  const auto mine = run_bench(args);
+  auto theirs = wait_for_exit(other, std::chrono::seconds(60));
+  if (!theirs) {
+    ::kill(other, SIGKILL);
+    theirs = wait_for_exit(other, std::chrono::seconds(5));
+    ADD_FAILURE() << "the other barrier process hung";
+  }
+  ASSERT_TRUE(mine.status.success()) << mine.describe();
+  ASSERT_TRUE(theirs && theirs->success()) << "the other barrier process: " << (theirs ? theirs->describe() : "?");
+  EXPECT_EQ(parse_json(mine).value("ops", 0ull), 20u) << mine.out;
 }
 
 TEST_P(ToolsTest, ToolsReportAnUnreachableServer) {

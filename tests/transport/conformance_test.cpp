@@ -99,7 +99,8 @@ class TransportConformance : public testing::TestWithParam<TransportCase> {
             std::memcpy(reply.data() + frame.size(), &sum, sizeof sum);
             respond(std::move(reply));
           }).detach();
-        });
+        },
+        ServerTuning{});
     client_ = make_client_transport(c.transport);
     channel_ = client_->connect(server_->address(), peer_);
     SegmentDescriptor d{kSegmentId, reinterpret_cast<std::uint64_t>(pool_.base), kPoolBytes,

@@ -25,7 +25,7 @@ TEST(MessageRoutes, EveryMessageHasItsOwnRoute) {
 TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
   for (auto t : {MessageType::vector_op, MessageType::get_version, MessageType::wait_version})
     EXPECT_EQ(route_for(type_of(t), kCall).type, t);
-  EXPECT_EQ(route_for(type_of(MessageType::vector_op), kCall).runs_on, RunsOn::worker_pool);
+  EXPECT_EQ(route_for(type_of(MessageType::vector_op), kCall).runs_on, RunsOn::arrival);
   for (auto t : {MessageType::hello, MessageType::lock, MessageType::barrier, MessageType::destroy}) {
     try {
       route_for(type_of(t), kCall);

@@ -15,24 +15,7 @@ constexpr std::uint64_t chunk_words = 1u << 17;  // 1 MiB per read/write
 }  // namespace
 
 PhaseResult run_fetch_add(Buffer& buffer, std::uint64_t words, std::uint64_t iters, std::uint32_t threads) {
-  std::vector<PhaseResult> results(threads);
-  PhaseResult total;
-  total.seconds = run_threads(threads, [&](ThreadContext& context) {
-    PhaseResult& mine = results[context.index];
-    mine.latencies_ns.reserve(static_cast<std::size_t>(iters));
-    context.start();
-    for (std::uint64_t i = 0; i < iters && !context.stop; ++i) {
-      const auto begin = std::chrono::steady_clock::now();
-      buffer.fetch_add(i % words * 8, 1);
-      const auto elapsed = std::chrono::steady_clock::now() - begin;
-      mine.latencies_ns.push_back(
-          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()));
-      ++mine.ops;
-      mine.bytes += 8;
-    }
-  });
-  for (auto& r : results) total.merge(std::move(r));
-  return total;
+  return run_timed_ops(threads, iters, 8, [&](std::uint32_t, std::uint64_t i) { buffer.fetch_add(i % words * 8, 1); });
 }
 
 std::uint64_t touched_words(std::uint64_t words, std::uint64_t iters) { return std::min(words, iters); }

@@ -13,6 +13,7 @@ namespace smb::bench {
 namespace {
 
 constexpr std::uint64_t default_fetch_add_iters = 10000;
+constexpr std::uint64_t default_sync_iters = 1000;  // notify round trips, barriers
 
 // Accepts what smb::parse_size accepts ("64", "4K", "128M", "2G").
 const CLI::Validator size_validator(
@@ -33,6 +34,9 @@ const char* op_name(Op op) noexcept {
     case Op::write: return "write";
     case Op::read: return "read";
     case Op::fetch_add: return "fetch-add";
+    case Op::compare_swap: return "compare-swap";
+    case Op::notify: return "notify";
+    case Op::barrier: return "barrier";
     case Op::accumulate: return "accumulate";
     case Op::axpy: return "axpy";
     case Op::min: return "min";
@@ -52,6 +56,10 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
       "blocks split among --threads threads, each with up to --depth ops in flight (latency\n"
       "is from issue to observed completion, completions are awaited in issue order).\n"
       "fetch-add: each thread adds 1 to the 8-byte words of the buffer in turn, --iters times.\n"
+      "compare-swap: the same increments by compare-and-swap (a lost race is retried; each try counts).\n"
+      "notify: two threads bump the buffer's version in turn (a server-side accumulate of one f32)\n"
+      "and wait for each other's bump; latency is half a round trip, notify to wake. Use a small --size.\n"
+      "barrier: --threads threads (of --parties in all, across processes) meet --iters times.\n"
       "accumulate/axpy/min/max/product: the servers add V (axpy: A*V) to every --dtype element\n"
       "(min/max/product: y = min(y,V), max(y,V), y*V), --iters times, in --block sized\n"
       "requests (default: the whole --size); --verify zeroes a created buffer first and checks\n"
@@ -62,9 +70,11 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
   auto* servers_opt = app.add_option("--servers,-s", servers, "memory servers as host:port,... (default: $SMB_SERVERS)");
   app.add_option("--name,-n", o.name, "buffer to open, or create when missing (default: a temporary one)");
   std::string op;
-  app.add_option("--op", op, "write, read, fetch-add, accumulate, axpy, min, max or product")
+  app.add_option("--op", op,
+                 "write, read, fetch-add, compare-swap, notify, barrier, accumulate, axpy, min, max or product")
       ->required()
-      ->check(CLI::IsMember({"write", "read", "fetch-add", "accumulate", "axpy", "min", "max", "product"}));
+      ->check(CLI::IsMember({"write", "read", "fetch-add", "compare-swap", "notify", "barrier", "accumulate", "axpy",
+                             "min", "max", "product"}));
   std::string dtype = "f32";
   app.add_option("--dtype", dtype, "element type of the vector ops (f32, f64, f16, bf16, u8, i8, i16, i32, i64)")
       ->check(CLI::IsMember(tools::dtype_names()))
@@ -81,6 +91,9 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
   app.add_option("--depth", o.depth, "async ops in flight per thread (default 1: synchronous ops)")
       ->check(CLI::Range(1u, 65536u));
   app.add_option("--threads", o.threads, "threads sharing one client (default 1)")->check(CLI::Range(1u, 4096u));
+  app.add_option("--parties", o.parties, "barrier: parties in all, other processes' threads included "
+                 "(default --threads)")
+      ->check(CLI::Range(1u, 1000000u));
   app.add_option("--stripe-unit", stripe_unit, "stripe unit of a created buffer (default: libsmb's)")
       ->check(size_validator);
   app.add_flag("--verify", o.verify, "write or check the verification pattern (exit 1 on a mismatch)");
@@ -94,6 +107,9 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     app.parse(argc, argv);
     o.op = op == "read"         ? Op::read
            : op == "fetch-add"  ? Op::fetch_add
+           : op == "compare-swap" ? Op::compare_swap
+           : op == "notify"     ? Op::notify
+           : op == "barrier"    ? Op::barrier
            : op == "accumulate" ? Op::accumulate
            : op == "axpy"       ? Op::axpy
            : op == "min"        ? Op::min
@@ -105,9 +121,14 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     if (!block.empty()) o.block = parse_size(block);
     if (!stripe_unit.empty()) o.stripe_unit = parse_size(stripe_unit);
     if (o.size == 0) throw CLI::ValidationError("--size", "must be greater than zero");
-    if (o.op == Op::fetch_add) {
-      if (o.size < 8) throw CLI::ValidationError("--size", "fetch-add needs at least one 8-byte word");
+    if (o.op == Op::fetch_add || o.op == Op::compare_swap) {
+      if (o.size < 8) throw CLI::ValidationError("--size", std::string(op) + " needs at least one 8-byte word");
       if (iters_opt->count() == 0) o.iters = default_fetch_add_iters;
+    } else if (o.op == Op::notify || o.op == Op::barrier) {
+      if (o.op == Op::notify && o.size < 4) throw CLI::ValidationError("--size", "notify needs one f32");
+      if (iters_opt->count() == 0) o.iters = default_sync_iters;
+      if (o.parties == 0) o.parties = o.threads;
+      if (o.parties < o.threads) throw CLI::ValidationError("--parties", "must be at least --threads");
     } else if (is_vector_op(o.op)) {
       if (o.size < element_size(o.dtype)) throw CLI::ValidationError("--size", "smaller than one element");
       // Integer elements hold V exactly, and the servers take only an integral alpha for them.

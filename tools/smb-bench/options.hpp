@@ -8,7 +8,7 @@
 
 namespace smb::bench {
 
-enum class Op { write, read, fetch_add, accumulate, axpy, min, max, product };
+enum class Op { write, read, fetch_add, compare_swap, notify, barrier, accumulate, axpy, min, max, product };
 const char* op_name(Op op) noexcept;
 // The ops the servers compute (run by vector_op.cpp), rather than transfers.
 inline bool is_vector_op(Op op) noexcept { return op >= Op::accumulate; }
@@ -22,6 +22,7 @@ struct Options {
   std::uint64_t iters = 1;             // passes (write/read) or ops per thread (fetch-add)
   std::uint32_t depth = 1;             // async ops in flight per thread
   std::uint32_t threads = 1;
+  std::uint32_t parties = 0;           // barrier: processes x threads meeting (0: --threads)
   std::uint64_t stripe_unit = 0;       // for a created buffer; 0: libsmb's default
   DType dtype = DType::f32;            // vector ops
   double value = 1.0;                  // every element of x

@@ -1,5 +1,7 @@
 #pragma once
 // Runs a benchmark body on N threads that start together, and times them.
+#include "results.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -68,6 +70,30 @@ double run_threads(std::uint32_t count, Body body) {
   const auto end = std::chrono::steady_clock::now();
   if (failure) std::rethrow_exception(failure);
   return std::chrono::duration<double>(end - begin).count();
+}
+
+// The common case: each of `threads` threads calls op(thread, i) for
+// i = 0 .. iters-1, one latency sample per call, `bytes_per_op` each.
+template <class Op>
+PhaseResult run_timed_ops(std::uint32_t threads, std::uint64_t iters, std::uint64_t bytes_per_op, Op op) {
+  std::vector<PhaseResult> results(threads);
+  PhaseResult total;
+  total.seconds = run_threads(threads, [&](ThreadContext& context) {
+    PhaseResult& mine = results[context.index];
+    mine.latencies_ns.reserve(static_cast<std::size_t>(iters));
+    context.start();
+    for (std::uint64_t i = 0; i < iters && !context.stop; ++i) {
+      const auto begin = std::chrono::steady_clock::now();
+      op(context.index, i);
+      const auto elapsed = std::chrono::steady_clock::now() - begin;
+      mine.latencies_ns.push_back(
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()));
+      ++mine.ops;
+      mine.bytes += bytes_per_op;
+    }
+  });
+  for (auto& r : results) total.merge(std::move(r));
+  return total;
 }
 
 }  // namespace smb::bench

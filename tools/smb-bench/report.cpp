@@ -27,7 +27,15 @@ Rates rates(Report& r) {
   return out;
 }
 
-std::uint64_t block_bytes(const Options& o) { return o.op == Op::fetch_add ? 8 : o.block; }
+std::uint64_t block_bytes(const Options& o) {
+  switch (o.op) {
+    case Op::fetch_add:
+    case Op::compare_swap: return 8;
+    case Op::notify: return 4;
+    case Op::barrier: return 0;
+    default: return o.block;
+  }
+}
 
 std::string fixed(double value, int decimals) {
   char text[64];
@@ -61,6 +69,7 @@ void print_json(std::ostream& out, Report& r) {
       {"iters", o.iters},
       {"depth", o.depth},
       {"threads", o.threads},
+      {"parties", o.op == Op::barrier ? o.parties : o.threads},
       {"name", r.name},
       {"created", r.created},
       {"temporary", r.temporary},
@@ -88,8 +97,13 @@ void print_human(std::ostream& out, Report& r) {
   out << op_name(o.op) << " on '" << r.name << "'" << (r.temporary ? " (temporary)" : "")
       << (r.created ? ", created" : "") << ": " << util::format_bytes(o.size) << " over " << r.servers
       << " server(s), stripe unit " << util::format_bytes(r.stripe_unit) << '\n';
-  if (o.op == Op::fetch_add)
-    out << "  " << o.iters << " fetch-add(s) per thread, " << o.threads << " thread(s)\n";
+  if (o.op == Op::fetch_add || o.op == Op::compare_swap)
+    out << "  " << o.iters << " " << op_name(o.op) << "(s) per thread, " << o.threads << " thread(s)\n";
+  else if (o.op == Op::notify)
+    out << "  " << o.iters << " notify/wait round trips between 2 threads (latency: half a round trip)\n";
+  else if (o.op == Op::barrier)
+    out << "  " << o.iters << " barrier(s) of " << o.parties << " part(ies), " << o.threads
+        << " thread(s) here\n";
   else if (is_vector_op(o.op))
     out << "  " << o.iters << " pass(es) of " << dtype_name(o.dtype) << " " << op_name(o.op) << " (value " << o.value
         << (o.op == Op::axpy ? ", alpha " + fixed(o.alpha, 3) : std::string()) << ") in "

@@ -2,6 +2,7 @@
 
 #include "bench_buffer.hpp"
 #include "fetch_add.hpp"
+#include "sync_ops.hpp"
 #include "transfer.hpp"
 #include "vector_op.hpp"
 
@@ -24,6 +25,24 @@ void run_fetch_add_phase(BenchBuffer& bench, const Options& o, Report& report) {
   report.verified = got == expected;
   if (got != expected) report.sum = SumMismatch{expected, got};
 }
+
+void run_compare_swap_phase(BenchBuffer& bench, const Options& o, Report& report) {
+  Buffer& buffer = bench.buffer();
+  const std::uint64_t words = o.size / 8;
+  const std::uint64_t touched = touched_words(words, o.iters);
+  if (o.verify && bench.created()) zero_words(buffer, touched);
+  const std::uint64_t before = o.verify ? sum_words(buffer, touched) : 0;
+  std::uint64_t swaps = 0;
+  report.phase = run_compare_swap(buffer, words, o.iters, o.threads, swaps);
+  if (!o.verify) return;
+  const std::uint64_t got = sum_words(buffer, touched) - before;
+  report.verified = got == swaps;
+  if (got != swaps) report.sum = SumMismatch{swaps, got};
+}
+
+// The timeout of one wait: the client's (SMB default 15 s) is too short for
+// a slow partner process to start; a minute.
+constexpr std::chrono::milliseconds kSyncTimeout{60'000};
 
 void run_vector_phase(BenchBuffer& bench, const Options& o, Report& report) {
   Buffer& buffer = bench.buffer();
@@ -71,6 +90,13 @@ Report run_benchmark(Client& client, const Options& options) {
   report.servers = layout.servers.size();
   if (options.op == Op::fetch_add)
     run_fetch_add_phase(bench, options, report);
+  else if (options.op == Op::compare_swap)
+    run_compare_swap_phase(bench, options, report);
+  else if (options.op == Op::notify)
+    report.phase = run_notify(bench.buffer(), options.iters, kSyncTimeout);
+  else if (options.op == Op::barrier)
+    report.phase = run_barrier(client, bench.name() + "/barrier", options.parties, options.iters, options.threads,
+                               kSyncTimeout);
   else if (is_vector_op(options.op))
     run_vector_phase(bench, options, report);
   else

@@ -133,16 +133,18 @@ std::unique_ptr<Registration> UcxServerTransport::register_memory(void* base, st
   return std::make_unique<UcxSegmentRegistration>(*pool_key_);
 }
 
-void UcxServerTransport::start(SegmentResolver resolver, CallHandler calls) {
+void UcxServerTransport::start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning) {
   resolver_ = std::move(resolver);
   calls_ = std::move(calls);
+  tuning_ = tuning;
   thread_.start([this](const std::stop_token& stop) { progress_loop(stop); });
 }
 
 void UcxServerTransport::stop() { thread_.stop(); }
 
 // Progress until idle, then sleep on the worker's event fd: a server whose
-// clients use one-sided RMA spends no CPU here at all.
+// clients use one-sided RMA spends no CPU here at all. Busy-polling
+// (ServerTuning) never sleeps: calls are seen as soon as they land.
 void UcxServerTransport::progress_loop(const std::stop_token& stop) {
   int worker_fd = -1;
   check_ucx(ucp_worker_get_efd(worker_.get(), &worker_fd), "smbd: getting the UCX event fd");
@@ -157,6 +159,7 @@ void UcxServerTransport::progress_loop(const std::stop_token& stop) {
     send_queued_replies();
     while (ucp_worker_progress(worker_.get()) != 0) {
     }
+    if (tuning_.busy_poll) continue;
     ucs_status_t status = ucp_worker_arm(worker_.get());
     if (status == UCS_ERR_BUSY) continue;
     if (status != UCS_OK) {

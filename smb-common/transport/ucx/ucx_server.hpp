@@ -48,7 +48,7 @@ class UcxServerTransport final : public ServerTransport {
   const Bytes& address() const override { return address_; }
   std::unique_ptr<Registration> register_pool(void* base, std::size_t length) override;
   std::unique_ptr<Registration> register_memory(void* base, std::size_t length) override;
-  void start(SegmentResolver resolver, CallHandler calls) override;
+  void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning) override;
   void stop() override;
 
  private:
@@ -81,6 +81,7 @@ class UcxServerTransport final : public ServerTransport {
   Bytes address_;
   SegmentResolver resolver_;
   CallHandler calls_;
+  ServerTuning tuning_;
   // Call replies come from other threads; the progress thread sends them.
   ReplyQueue<ucp_ep_h> replies_{[this] { thread_.wake(); }};
   // Replies handed to UCX and not yet completed, per client endpoint (the

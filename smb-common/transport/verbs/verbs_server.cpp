@@ -71,9 +71,10 @@ std::unique_ptr<Registration> VerbsServerTransport::register_memory(void* base, 
   return std::make_unique<VerbsRegistration>(pd_.get(), base, length);
 }
 
-void VerbsServerTransport::start(SegmentResolver /*resolver*/, CallHandler calls) {
+void VerbsServerTransport::start(SegmentResolver /*resolver*/, CallHandler calls, const ServerTuning& tuning) {
   // Data ops are one-sided: nothing resolves segments on the server.
   calls_ = std::move(calls);
+  tuning_ = tuning;
   thread_.start([this](const std::stop_token& stop) { event_loop(stop); });
 }
 
@@ -85,7 +86,7 @@ void VerbsServerTransport::stop() { thread_.stop(); }
 void VerbsServerTransport::event_loop(const std::stop_token& stop) {
   while (!stop.stop_requested()) {
     pollfd fds[3] = {{events_->fd, POLLIN, 0}, {completions_->fd, POLLIN, 0}, {thread_.wake_fd(), POLLIN, 0}};
-    ::poll(fds, 3, 500);
+    ::poll(fds, 3, tuning_.busy_poll ? 0 : 500);  // busy-poll: look again at once
     for (;;) {
       rdma_cm_event* raw = nullptr;
       if (rdma_get_cm_event(events_.get(), &raw) != 0) break;  // EAGAIN: drained

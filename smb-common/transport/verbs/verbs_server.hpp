@@ -38,7 +38,7 @@ class VerbsServerTransport final : public ServerTransport {
   // Per segment: an rkey reaches its own segment only, over the network.
   std::unique_ptr<Registration> register_pool(void*, std::size_t) override { return nullptr; }
   std::unique_ptr<Registration> register_memory(void* base, std::size_t length) override;
-  void start(SegmentResolver resolver, CallHandler calls) override;
+  void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning) override;
   void stop() override;
 
  private:
@@ -64,6 +64,7 @@ class VerbsServerTransport final : public ServerTransport {
   std::map<rdma_cm_id*, std::shared_ptr<Connection>> connections_;  // touched only by the thread once started
   Bytes address_;
   CallHandler calls_;
+  ServerTuning tuning_;
   // Replies come from other threads; the thread sends them.
   ReplyQueue<std::weak_ptr<Connection>> replies_{[this] { thread_.wake(); }};
   util::ServiceThread thread_;  // last: stopped before the members its loop uses go
