@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <span>
 #include <thread>
 
 namespace {
@@ -154,6 +155,38 @@ TEST_P(AtomicsTest, CompareSwapLoopsFromThreadsLoseNoUpdate) {
   for (auto& th : threads) th.join();
   for (int t = 0; t < kThreads; ++t) ASSERT_EQ(errors[static_cast<std::size_t>(t)], "") << "thread " << t;
   EXPECT_EQ(word(buffer, kCounters[0]), kThreads * (kAddsPerThread / 3));
+}
+
+// Four processes fetch-add on the buffer's first words while this one runs
+// server-side accumulates on the rest of the same buffer: every add counts.
+TEST_P(AtomicsTest, FetchAddsFromFourProcessesAndAccumulatesOnOneBufferStayExact) {
+  constexpr std::uint64_t kWords = 64, kAdds = 400, kPasses = 100, kElements = 2048;
+  auto client = make_client();
+  smb::BufferOptions o;
+  o.stripe_unit = kUnit;
+  auto buffer = client.create("mixed", kWords * 8 + kElements * 8, o);
+  buffer.write(0, ByteVec(kWords * 8 + kElements * 8));
+  std::vector<pid_t> adders;
+  for (int p = 0; p < 4; ++p)
+    adders.push_back(spawn(smb_bench_path(),
+                           {"--servers", server_list(), "--name", "mixed", "--op", "fetch-add", "--size",
+                            std::to_string(kWords * 8), "--iters", std::to_string(kAdds)},
+                           -1, -1));
+  const std::vector<std::int64_t> ones(kElements, 1);
+  for (std::uint64_t i = 0; i < kPasses; ++i)
+    buffer.apply(smb::VectorOp::accumulate, smb::DType::i64, kWords * 8, kElements, 1.0,
+                 std::as_bytes(std::span<const std::int64_t>(ones)));
+  for (pid_t pid : adders) {
+    const auto status = wait_for_exit(pid, std::chrono::seconds(60));
+    ASSERT_TRUE(status && status->success()) << "a fetch-add process: " << (status ? status->describe() : "hung");
+  }
+  std::uint64_t sum = 0;
+  for (std::uint64_t w = 0; w < kWords; ++w) sum += word(buffer, w * 8);
+  EXPECT_EQ(sum, 4 * kAdds) << "fetch-adds from 4 processes lost or gained an update";
+  ByteVec rest(kElements * 8);
+  buffer.read(kWords * 8, rest);
+  for (std::uint64_t e = 0; e < kElements; ++e)
+    ASSERT_EQ(load_u64(std::span<const std::byte>(rest).subspan(e * 8, 8)), kPasses) << "element " << e;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fabrics, AtomicsTest, testing::ValuesIn(all_fabrics()), fabric_name);

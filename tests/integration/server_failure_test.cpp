@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
+#include <thread>
 
 namespace {
 
@@ -62,6 +64,39 @@ TEST_P(ServerFailureTest, KilledServerGivesDataOpsAnErrorNotAHang) {
       std::find(servers.begin(), servers.end(), server(0).address()) - servers.begin());
   expect_prompt_error([&] { buffer.fetch_add(index * 4096, 1); }, "fetch-add on the killed server");
   expect_prompt_error([&] { buffer.compare_swap(index * 4096 + 8, 0, 1); }, "compare-swap on the killed server");
+}
+
+// A call in flight (a version wait the server holds) when its server is
+// SIGKILLed fails within a second on every lane, although its own timeout
+// is 30 s.
+TEST_P(ServerFailureTest, AServerKilledMidCallFailsTheCallWithinASecond) {
+  auto client = make_client(std::chrono::seconds(30));
+  auto buffer = client.create("waited", 8);  // one stripe: one server holds it
+  const auto holder = buffer.layout().servers.at(0);
+  std::size_t victim = 0;
+  while (server(victim).address() != holder) ++victim;
+  const auto version = buffer.version();
+  std::optional<Clock::time_point> failed_at;
+  std::string outcome;
+  std::thread waiter([&] {
+    try {
+      buffer.wait_version(version + 1, std::chrono::seconds(30));
+      outcome = "the wait returned although nobody advanced the version";
+    } catch (const smb::Error& e) {
+      failed_at = Clock::now();
+      outcome = std::string(smb::errc_name(e.code())) + ": " + e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the call is at the server now
+  const auto killed_at = Clock::now();
+  server(victim).kill();
+  waiter.join();
+  ASSERT_TRUE(failed_at) << outcome;
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(*failed_at - killed_at);
+  // Noticing is event driven (the connection closes), so a second is ample;
+  // instrumented (ASan) builds get more.
+  const auto within = std::chrono::milliseconds(SMB_TEST_SANITIZED ? 3000 : 1000);
+  EXPECT_LT(took, within) << "the call failed " << took.count() << " ms after the kill: " << outcome;
 }
 
 TEST_P(ServerFailureTest, KilledServerGivesControlOpsAnErrorNotAHang) {
