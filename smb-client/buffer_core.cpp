@@ -11,7 +11,10 @@ namespace smb {
 
 BufferCore::BufferCore(std::shared_ptr<ClientCore> client, Layout layout,
                        std::vector<std::unique_ptr<transport::RemoteSegment>> segments)
-    : client_(std::move(client)), layout_(std::move(layout)), segments_(std::move(segments)) {
+    : client_(std::move(client)),
+      layout_(std::move(layout)),
+      name_(std::make_shared<const std::string>(layout_.name)),
+      segments_(std::move(segments)) {
   for (const auto& s : layout_.servers) links_.push_back(&client_->link(s));
 }
 
@@ -23,9 +26,19 @@ BufferCore::~BufferCore() {
   }
 }
 
-std::string BufferCore::describe(const char* op, std::uint64_t offset, std::uint64_t length) const {
-  return "buffer '" + layout_.name + "': " + op + " of " + std::to_string(length) + " bytes at offset " +
+namespace {
+std::string describe_op(const std::string& buffer, const char* op, std::uint64_t offset, std::uint64_t length) {
+  return "buffer '" + buffer + "': " + op + " of " + std::to_string(length) + " bytes at offset " +
          std::to_string(offset);
+}
+}  // namespace
+
+std::string Request::State::describe() const {
+  return buffer_op ? describe_op(*buffer_op->buffer, buffer_op->op, buffer_op->offset, buffer_op->length) : what;
+}
+
+std::string BufferCore::describe(const char* op, std::uint64_t offset, std::uint64_t length) const {
+  return describe_op(layout_.name, op, offset, length);
 }
 
 void BufferCore::check_range(const char* op, std::uint64_t offset, std::uint64_t length) const {
@@ -34,17 +47,27 @@ void BufferCore::check_range(const char* op, std::uint64_t offset, std::uint64_t
                 describe(op, offset, length) + " is out of range (buffer size " + std::to_string(layout_.size) + ")");
 }
 
-std::vector<protocol::StripePiece> BufferCore::pieces(std::uint64_t offset, std::uint64_t length) const {
-  return protocol::split_range(
-      {layout_.size, layout_.stripe_unit, static_cast<std::uint32_t>(layout_.servers.size())}, offset, length);
+protocol::StripeGeometry BufferCore::geometry() const {
+  return {layout_.size, layout_.stripe_unit, static_cast<std::uint32_t>(layout_.servers.size())};
 }
 
-std::shared_ptr<Request::State> BufferCore::start(std::string what, const std::vector<protocol::StripePiece>& pieces) {
+std::vector<protocol::StripePiece> BufferCore::pieces(std::uint64_t offset, std::uint64_t length) const {
+  // Within one stripe (every small op): one piece, without splitting.
+  if (length != 0) {
+    auto piece = protocol::locate(geometry(), offset);
+    if (piece.length >= length) {
+      piece.length = length;
+      return {piece};
+    }
+  }
+  return protocol::split_range(geometry(), offset, length);
+}
+
+std::shared_ptr<Request::State> BufferCore::start(const char* op, std::uint64_t offset, std::uint64_t length,
+                                                  std::span<const protocol::StripePiece> pieces) {
   auto state = std::make_shared<Request::State>();
   state->client = client_;
-  state->completion = std::make_shared<transport::Completion>();
-  state->deadline = std::chrono::steady_clock::now() + client_->timeout();
-  state->what = std::move(what);
+  state->buffer_op = Request::State::BufferOp{name_, op, offset, length};
   for (const auto& p : pieces) {
     auto* link = links_[p.server];
     if (std::find(state->links.begin(), state->links.end(), link) != state->links.end()) continue;
@@ -58,20 +81,22 @@ std::shared_ptr<Request::State> BufferCore::start(std::string what, const std::v
 Request BufferCore::write(std::uint64_t offset, std::span<const std::byte> data) {
   check_range("write", offset, data.size());
   const auto split = pieces(offset, data.size());
-  auto state = start(describe("write", offset, data.size()), split);
+  auto state = start("write", offset, data.size(), split);
+  const auto& completion = state->completion;
   for (const auto& p : split)
     links_[p.server]->channel->put(*segments_[p.server], p.local_offset, data.data() + p.request_offset,
-                                   p.length, state->completion);
+                                   p.length, completion);
   return Request(state);
 }
 
 Request BufferCore::read(std::uint64_t offset, std::span<std::byte> out) {
   check_range("read", offset, out.size());
   const auto split = pieces(offset, out.size());
-  auto state = start(describe("read", offset, out.size()), split);
+  auto state = start("read", offset, out.size(), split);
+  const auto& completion = state->completion;
   for (const auto& p : split)
     links_[p.server]->channel->get(*segments_[p.server], p.local_offset, out.data() + p.request_offset,
-                                   p.length, state->completion);
+                                   p.length, completion);
   return Request(state);
 }
 
@@ -81,15 +106,15 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
   if (offset % sizeof(std::uint64_t) != 0)
     throw Error(Errc::invalid_argument, describe(op, offset, 8) + ": offset must be 8-byte aligned");
   // Stripe units are multiples of 8, so an aligned word never straddles servers.
-  const auto split = pieces(offset, sizeof(std::uint64_t));
-  auto state = start(describe(op, offset, 8), split);
-  const auto& piece = split.front();
+  const auto piece = protocol::locate(geometry(), offset);
+  auto state = start(op, offset, sizeof(std::uint64_t), std::span(&piece, 1));
+  const auto& completion = state->completion;
   auto& channel = *links_[piece.server]->channel;
   auto& segment = *segments_[piece.server];
   if (compare_swap)
-    channel.compare_swap(segment, piece.local_offset, a, b, &state->result, state->completion);
+    channel.compare_swap(segment, piece.local_offset, a, b, &state->result, completion);
   else
-    channel.fetch_add(segment, piece.local_offset, a, &state->result, state->completion);
+    channel.fetch_add(segment, piece.local_offset, a, &state->result, completion);
   Request request(state);
   request.wait();
   return state->result;

@@ -12,6 +12,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 
 namespace smb {
 
@@ -91,12 +93,15 @@ class BufferCore {
  private:
   std::string describe(const char* op, std::uint64_t offset, std::uint64_t length) const;
   void check_range(const char* op, std::uint64_t offset, std::uint64_t length) const;
+  protocol::StripeGeometry geometry() const;
   std::vector<protocol::StripePiece> pieces(std::uint64_t offset, std::uint64_t length) const;
   // A request over `pieces`, its servers checked for liveness first.
-  std::shared_ptr<Request::State> start(std::string what, const std::vector<protocol::StripePiece>& pieces);
+  std::shared_ptr<Request::State> start(const char* op, std::uint64_t offset, std::uint64_t length,
+                                        std::span<const protocol::StripePiece> pieces);
 
   std::shared_ptr<ClientCore> client_;
   Layout layout_;
+  std::shared_ptr<const std::string> name_;  // layout_.name, shared with requests' error texts
   std::vector<std::unique_ptr<transport::RemoteSegment>> segments_;  // per layout server; null: no share
   std::vector<client::ServerLink*> links_;  // per layout server
   std::once_flag closed_;
@@ -116,13 +121,26 @@ struct MemoryRegistration::State {
   std::optional<std::uint64_t> handle;  // none where the transport needs no registration
 };
 
+// Small ops are ~0.1 us of transport, so a request describes itself only
+// when it fails and reads the clock only when it has to wait. Its completion
+// is a separate object: transports hold that while an op is in flight, and
+// it must not keep the client (and so the transport) alive.
 struct Request::State {
   std::shared_ptr<ClientCore> client;
-  transport::CompletionPtr completion;
-  std::chrono::steady_clock::time_point deadline;
-  std::string what;  // "buffer 'x': write of N bytes at offset O"
+  transport::CompletionPtr completion = std::make_shared<transport::Completion>();
+  // None until a wait first has to wait: then now + the client's timeout.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  std::string what;  // for server calls: what they are
+  struct BufferOp {  // for buffer ops: "buffer 'x': write of N bytes at offset O"
+    std::shared_ptr<const std::string> buffer;
+    const char* op = nullptr;
+    std::uint64_t offset = 0, length = 0;
+  };
+  std::optional<BufferOp> buffer_op;
   std::uint64_t result = 0;  // atomics: the old value
   std::vector<client::ServerLink*> links;  // the servers the request involves
+
+  std::string describe() const;
 };
 
 }  // namespace smb

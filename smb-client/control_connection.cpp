@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <ctime>
 
 namespace smb::client {
 
@@ -83,9 +84,11 @@ protocol::Body ControlConnection::call(protocol::MessageType type, const protoco
 }
 
 bool ControlConnection::peer_closed() {
-  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now().time_since_epoch())
-                               .count();
+  // Asked before every data op: the coarse clock (a few ns, a few ms
+  // resolution) is enough for a probe at most every millisecond or so.
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  const std::int64_t now = std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
   std::int64_t last = last_probe_ns_.load(std::memory_order_relaxed);
   if (now - last < 1'000'000 || !last_probe_ns_.compare_exchange_strong(last, now)) return false;
   std::unique_lock lock(mutex_, std::try_to_lock);

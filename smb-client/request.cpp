@@ -9,7 +9,7 @@ bool Request::test() {
   try {
     state_->completion->throw_if_failed();
   } catch (const Error& e) {
-    throw Error(e.code(), state_->what + ": " + e.what());
+    throw Error(e.code(), state_->describe() + ": " + e.what());
   }
   return true;
 }
@@ -21,12 +21,14 @@ void Request::wait() {
       link->check_alive();
       if (auto failure = link->channel->failure()) {
         state_->client->transport().abandon(*state_->completion);
-        throw Error(Errc::server_gone, state_->what + ": " + *failure);
+        throw Error(Errc::server_gone, state_->describe() + ": " + *failure);
       }
     }
-    if (std::chrono::steady_clock::now() > state_->deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!state_->deadline) state_->deadline = now + state_->client->timeout();
+    if (now > *state_->deadline) {
       state_->client->transport().abandon(*state_->completion);
-      throw Error(Errc::timeout, state_->what + ": not completed within " +
+      throw Error(Errc::timeout, state_->describe() + ": not completed within " +
                                      std::to_string(state_->client->timeout().count()) +
                                      " ms (a server is unresponsive or gone)");
     }

@@ -10,7 +10,6 @@ ServerCalls::ServerCalls(std::shared_ptr<ClientCore> client, std::string what, s
     : state_(std::make_shared<Request::State>()) {
   state_->deadline = std::chrono::steady_clock::now() + client->timeout() + extra_wait;
   state_->client = std::move(client);
-  state_->completion = std::make_shared<transport::Completion>();
   state_->what = std::move(what);
 }
 

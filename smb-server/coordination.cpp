@@ -82,8 +82,18 @@ void Coordination::wait_version(SessionId session, const Body& request, const Re
   const auto name = protocol::get_name(request, "name", what);
   const auto version = protocol::get_u64(request, "version", what);
   const auto timeout = duration_field(request, "timeout_ms", what);
-  const auto now = registry_.version(name);  // throws not_found
-  if (now >= version) return reply(protocol::ok_reply({{"version", now}}));
+  ++version_waits_;  // before reading the version: see version_waits_pending()
+  std::uint64_t now = 0;
+  try {
+    now = registry_.version(name);  // throws not_found
+  } catch (...) {
+    --version_waits_;
+    throw;
+  }
+  if (now >= version) {
+    --version_waits_;
+    return reply(protocol::ok_reply({{"version", now}}));
+  }
   const std::uint64_t id = next_token_++;
   auto timer = start_timer(timeout, [this, name, id, version, session] {
     auto found = version_waiters_.find(name);
@@ -93,6 +103,7 @@ void Coordination::wait_version(SessionId session, const Body& request, const Re
     clear_waiting(session, id);
     auto waiter_reply = std::move(it->reply);
     found->second.erase(it);
+    --version_waits_;
     if (found->second.empty()) version_waiters_.erase(found);
     waiter_reply(protocol::error_reply(Errc::timeout, "buffer " + util::quoted(name) + " did not reach version " +
                                                           std::to_string(version) + " in time"));
@@ -117,6 +128,7 @@ void Coordination::version_advanced(const std::string& name) {
       it->timer->cancel();
       woken.push_back(std::move(it->reply));
       it = waiters.erase(it);
+      --version_waits_;
     } else {
       ++it;
     }
@@ -291,6 +303,7 @@ void Coordination::remove_waiting(SessionId session, const Waiting& w) {
       if (it == found->second.end()) return;
       it->timer->cancel();
       found->second.erase(it);
+      --version_waits_;
       if (found->second.empty()) version_waiters_.erase(found);
       return;
     }

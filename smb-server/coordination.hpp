@@ -17,6 +17,7 @@
 #include "registry.hpp"
 #include "replies.hpp"
 
+#include <atomic>
 #include <boost/asio.hpp>
 
 #include <chrono>
@@ -45,6 +46,13 @@ class Coordination {
 
   // A vector op advanced `name`'s version (posted here from the worker pool).
   void version_advanced(const std::string& name);
+  // Whether any version wait is pending, from any thread: a vector op that
+  // advanced a version after this said false need not post version_advanced
+  // (the io thread's wake-up is most of a small call's cost). A waiter counts
+  // itself before it reads the version, and the op advances the version
+  // before it asks (both sequentially consistent), so one of the two always
+  // sees the other.
+  bool version_waits_pending() const { return version_waits_.load() != 0; }
   void session_closed(SessionId session);
 
  private:
@@ -110,6 +118,7 @@ class Coordination {
   Registry& registry_;
   const std::uint64_t max_locks_per_session_;
   std::map<std::string, std::list<VersionWaiter>> version_waiters_;
+  std::atomic<std::size_t> version_waits_{0};  // waiters in version_waiters_, and any being added
   std::map<std::string, Lock> locks_;
   std::map<std::string, Barrier> barriers_;
   std::unordered_map<std::uint64_t, HeldLock> held_;             // token -> where it is held

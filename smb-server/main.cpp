@@ -26,6 +26,7 @@ struct Options {
   std::string capacity;
   std::string transport = "ucx";
   bool poll = false;
+  unsigned spin_us = 50;
   std::string log_level = "info";
   double hello_timeout_s = 10;
   double frame_timeout_s = 30;
@@ -122,7 +123,8 @@ int run(Options options) {
                    [&control](smb::transport::Bytes frame, smb::transport::Bytes payload, smb::transport::Respond respond) {
                      control->serve_call(std::move(frame), std::move(payload), std::move(respond));
                    },
-                   smb::transport::ServerTuning{.busy_poll = options.poll});
+                   smb::transport::ServerTuning{.busy_poll = options.poll,
+                                                              .spin = std::chrono::microseconds(options.spin_us)});
   control->start();
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
@@ -159,6 +161,11 @@ int main(int argc, char** argv) {
   app.add_flag("--poll", options.poll,
                "Busy-poll the transport's progress: lowest latency for small calls, one core kept busy "
                "(default: sleep when idle)");
+  app.add_option("--spin-us", options.spin_us,
+                 "Without --poll: after work, keep polling this many microseconds before sleeping, so a chain "
+                 "of small calls finds the server awake (0: sleep at once)")
+      ->check(CLI::Range(0u, 1'000'000u))
+      ->capture_default_str();
   app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();

@@ -44,8 +44,11 @@ std::uint64_t vector_work_bytes(const Body& body) {
 // thread.
 void finish_vector_op(Services& s, const Request& r, Body answer, const ReplyFn& reply, bool on_io_thread) {
   auto name = r.body.find("name");
-  std::string advanced =
-      protocol::is_ok(answer) && name != r.body.end() && name->is_string() ? name->get<std::string>() : std::string();
+  // Nobody waiting on a version: no one to wake, so no hand-off to the io thread.
+  std::string advanced = protocol::is_ok(answer) && name != r.body.end() && name->is_string() &&
+                                 (on_io_thread || s.coordination.version_waits_pending())
+                             ? name->get<std::string>()
+                             : std::string();
   if (on_io_thread) {
     if (!advanced.empty()) s.coordination.version_advanced(advanced);
     return reply(std::move(answer));

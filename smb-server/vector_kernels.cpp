@@ -205,8 +205,10 @@ void check_alpha(VectorOp op, DType type, double alpha, const std::string& what)
 void apply_vector_op(VectorOp op, DType type, std::byte* y, const std::byte* x, std::size_t count, double alpha) {
   check_alpha(op, type, alpha, vector_op_name(op));
   const std::size_t esize = element_size(type);
-  const std::size_t threads =
-      std::clamp<std::size_t>(count * esize / kParallelBytes, 1, std::max(1u, std::thread::hardware_concurrency()));
+  // Asked once: hardware_concurrency() reads sysfs each time, which costs
+  // more than a small op itself.
+  static const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t threads = std::clamp<std::size_t>(count * esize / kParallelBytes, 1, cores);
   if (threads == 1) return apply_serial(op, type, y, x, count, alpha);
   const std::size_t chunk = (count + threads - 1) / threads;
   std::vector<std::jthread> helpers;

@@ -13,6 +13,13 @@ std::uint64_t StripeGeometry::share(std::uint32_t index) const {
   return bytes;
 }
 
+StripePiece locate(const StripeGeometry& g, std::uint64_t offset) {
+  const std::uint64_t stripe = offset / g.stripe_unit;
+  const std::uint64_t in_stripe = offset % g.stripe_unit;
+  return StripePiece{static_cast<std::uint32_t>(stripe % g.servers), (stripe / g.servers) * g.stripe_unit + in_stripe, 0,
+                     g.stripe_unit - in_stripe};
+}
+
 std::vector<StripePiece> split_range(const StripeGeometry& g, std::uint64_t offset,
                                      std::uint64_t length) {
   std::vector<StripePiece> pieces;
@@ -20,12 +27,8 @@ std::vector<StripePiece> split_range(const StripeGeometry& g, std::uint64_t offs
   std::uint64_t pos = offset;
   const std::uint64_t end = offset + length;
   while (pos < end) {
-    const std::uint64_t stripe = pos / g.stripe_unit;
-    const std::uint64_t in_stripe = pos % g.stripe_unit;
-    const std::uint64_t take = std::min(g.stripe_unit - in_stripe, end - pos);
-    StripePiece piece;
-    piece.server = static_cast<std::uint32_t>(stripe % g.servers);
-    piece.local_offset = (stripe / g.servers) * g.stripe_unit + in_stripe;
+    StripePiece piece = locate(g, pos);
+    const std::uint64_t take = std::min(piece.length, end - pos);
     piece.request_offset = pos - offset;
     piece.length = take;
     // With one server consecutive stripes are contiguous everywhere: merge.

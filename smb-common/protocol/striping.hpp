@@ -24,6 +24,10 @@ struct StripePiece {
   std::uint64_t length = 0;
 };
 
+// Where byte `offset` lives: its server and local offset (request_offset 0,
+// length the bytes left in its stripe). Precondition: offset < geometry.size.
+StripePiece locate(const StripeGeometry& geometry, std::uint64_t offset);
+
 // Splits [offset, offset+length) into per-server pieces. Pieces that are
 // contiguous both on the server and in the caller's span are merged.
 // Precondition (checked by callers): offset + length <= geometry.size.

@@ -21,6 +21,7 @@ class Completion {
       if (error_ == Errc::ok) {
         error_ = code;
         message_ = message;
+        failed_.store(true, std::memory_order_release);
       }
     }
     pending_.fetch_sub(1, std::memory_order_acq_rel);
@@ -29,12 +30,14 @@ class Completion {
   bool done() const { return pending_.load(std::memory_order_acquire) <= 0; }
 
   void throw_if_failed() const {
+    if (!failed_.load(std::memory_order_acquire)) return;  // the common case, without the lock
     std::lock_guard lock(mutex_);
     if (error_ != Errc::ok) throw Error(error_, message_);
   }
 
  private:
   std::atomic<int> pending_{0};
+  std::atomic<bool> failed_{false};
   mutable std::mutex mutex_;
   Errc error_ = Errc::ok;
   std::string message_;

@@ -30,6 +30,7 @@ class PendingTable {
     ops_.erase(it);
     return op;
   }
+  bool contains(std::uint64_t token) const { return ops_.contains(token); }
   // Fails the op with `token`, if it is still waiting.
   void fail(std::uint64_t token, Errc code, const std::string& message) {
     if (auto op = take(token)) op->completion->finish(code, message);

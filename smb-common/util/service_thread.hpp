@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <stop_token>
@@ -27,7 +28,10 @@ class ServiceThread {
 
   // The loop polls wake_fd() beside its own fds and returns once `stop` is requested.
   void start(std::function<void(const std::stop_token&)> loop) {
-    thread_ = std::jthread([loop = std::move(loop)](std::stop_token stop) { loop(stop); });
+    thread_ = std::jthread([this, loop = std::move(loop)](std::stop_token stop) {
+      loop_thread_ = std::this_thread::get_id();
+      loop(stop);
+    });
   }
   void stop() {
     if (!thread_.joinable()) return;
@@ -37,7 +41,11 @@ class ServiceThread {
   }
   int wake_fd() const { return wake_fd_.get(); }
   // Makes wake_fd() readable, e.g. for work queued from another thread.
+  // Work queued by the loop's own thread needs no wake-up (the loop looks
+  // at its queues before it sleeps), and the write is a system call per
+  // small call.
   void wake() {
+    if (std::this_thread::get_id() == loop_thread_.load(std::memory_order_relaxed)) return;
     const std::uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof one);
   }
@@ -49,6 +57,7 @@ class ServiceThread {
 
  private:
   UniqueFd wake_fd_;
+  std::atomic<std::thread::id> loop_thread_{};
   std::jthread thread_;
 };
 

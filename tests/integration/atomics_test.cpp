@@ -3,12 +3,20 @@
 // swaps only on a match and always returns the old value.
 #include "data.hpp"
 #include "fabric.hpp"
+#include "process.hpp"
+#include "scoped_env.hpp"
 
 #include <smb/client.hpp>
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <span>
 #include <thread>
 
@@ -187,6 +195,50 @@ TEST_P(AtomicsTest, FetchAddsFromFourProcessesAndAccumulatesOnOneBufferStayExact
   buffer.read(kWords * 8, rest);
   for (std::uint64_t e = 0; e < kElements; ++e)
     ASSERT_EQ(load_u64(std::span<const std::byte>(rest).subspan(e * 8, 8)), kPasses) << "element " << e;
+}
+
+// On one host a client's fetch-adds are the CPU's own atomic instruction on
+// the server's memory (UCX's shared-memory atomic lanes); a client that
+// reaches the server over TCP gets them done by the server's CPU. Both kinds
+// on the same words: every add counts, and the two really took those paths.
+TEST_P(AtomicsTest, SharedMemoryAndServerAtomicsOnTheSameWordsStayExact) {
+  if (GetParam().label != "ucx_shm") GTEST_SKIP() << "needs UCX's shared-memory fabric (this is " << GetParam().label << ")";
+  constexpr std::uint64_t kWords = 16, kAdds = 2000;
+  auto client = make_client();
+  auto buffer = client.create("both-paths", kWords * 8);
+  buffer.write(0, ByteVec(kWords * 8));
+  struct Adder {
+    pid_t pid;
+    std::string out_path;
+  };
+  std::vector<Adder> adders;
+  for (const char* tls : {"", "tcp,self", "", "tcp,self"}) {
+    ScopedEnv env;
+    if (*tls != '\0') env.set("UCX_TLS", tls);
+    const std::string out_path = testing::TempDir() + "smb-adder-" + std::to_string(::getpid()) + "-" +
+                                 std::to_string(adders.size()) + ".json";
+    const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0) << out_path;
+    adders.push_back({spawn(smb_bench_path(),
+                            {"--servers", server_list(), "--name", "both-paths", "--op", "fetch-add", "--size",
+                             std::to_string(kWords * 8), "--iters", std::to_string(kAdds), "--json"},
+                            fd, -1),
+                      out_path});
+    ::close(fd);
+  }
+  std::vector<std::string> paths;
+  for (const auto& adder : adders) {
+    const auto status = wait_for_exit(adder.pid, std::chrono::seconds(60));
+    ASSERT_TRUE(status && status->success()) << "a fetch-add process: " << (status ? status->describe() : "hung");
+    std::ifstream in(adder.out_path);
+    paths.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    std::remove(adder.out_path.c_str());
+  }
+  EXPECT_NE(paths[0].find("atomics rma"), std::string::npos) << "shared memory: " << paths[0];
+  EXPECT_NE(paths[1].find("atomics am"), std::string::npos) << "tcp: " << paths[1];
+  std::uint64_t sum = 0;
+  for (std::uint64_t w = 0; w < kWords; ++w) sum += word(buffer, w * 8);
+  EXPECT_EQ(sum, 4 * kAdds) << "shared-memory and server-side fetch-adds on the same words lost an update";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fabrics, AtomicsTest, testing::ValuesIn(all_fabrics()), fabric_name);

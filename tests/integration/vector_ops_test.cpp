@@ -119,6 +119,43 @@ TEST_P(VectorOpsTest, ConcurrentAccumulatorsGiveTheExactSum) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], float(kClients * kIters)) << "element " << i;
 }
 
+// One client, one link per server: large writes in flight while another
+// thread's small calls share the endpoint (over shared memory the calls'
+// replies once made UCX reconfigure the endpoint under the puts, which then
+// stalled for seconds). Everything completes, nothing is mixed up.
+TEST_P(VectorOpsTest, CallsBesideLargeWritesOnOneClientBothComplete) {
+  constexpr std::size_t kBig = 4 << 20, n = 2 * kUnit;
+  constexpr int kWrites = 20, kCalls = 400;
+  auto client = make_client();
+  auto big = client.create("big", kBig);
+  make(client, "calls", n, 0.0f);
+  auto calls = client.open("calls");
+  const auto data = pattern_bytes(0, kBig);
+  std::string write_error;
+  std::thread writer([&] {
+    try {
+      for (int i = 0; i < kWrites; ++i) big.write(0, data);
+    } catch (const std::exception& e) {
+      write_error = e.what();
+    }
+  });
+  const auto ones = floats(std::vector<float>(n, 1.0f));
+  std::string call_error;
+  try {
+    for (int i = 0; i < kCalls; ++i) calls.apply(VectorOp::accumulate, DType::f32, 0, n, 1.0, ones);
+  } catch (const std::exception& e) {
+    call_error = e.what();
+  }
+  writer.join();
+  ASSERT_EQ(write_error, "");
+  ASSERT_EQ(call_error, "");
+  ByteVec back(kBig);
+  big.read(0, back);
+  EXPECT_TRUE(same_bytes(data, back));
+  const auto got = read_floats(calls, 0, n);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], float(kCalls)) << "element " << i;
+}
+
 TEST_P(VectorOpsTest, SourceFromAnotherBufferLikeADeltaArea) {
   auto client = make_client();
   constexpr std::size_t n = 3 * kUnit / 4;

@@ -20,6 +20,12 @@
 #                transport (smbd --transport verbs, SMB_TRANSPORT=verbs):
 #                rdma_cm, RC QPs, one-sided RDMA READ/WRITE and atomics; off
 #                with --no-native-verbs, skipped if smbd lacks SMB_WITH_VERBS
+#   latency-native  (not with --no-native-verbs) the small-op latency table
+#                over the native verbs transport: fetch-add, compare-swap,
+#                8-byte write, 4 KiB accumulate call, notify-to-wake, barriers
+#                of 2 and 8; each must run and name verbs in its path. The
+#                p50/p99 it prints are functional only: soft-RoCE in a VM is
+#                not RDMA speed
 #   two-host-native  (VM only, not with --no-native-verbs) two-host's servers and
 #                client over the native verbs transport
 #   two-host     (VM only, it rewires the guest's network) two rxe devices on
@@ -370,6 +376,38 @@ round_trip() {
     bench "$tag-fetch-add" "$expect" "$@" -- --servers "$server" --op fetch-add --size 4K --iters 100 --threads 2 --verify
 }
 
+# The small-op latency table over native verbs (tools/bench/latency.py's ops).
+case_latency_native() {
+  local tag=lat rc=0 spec label log p50 p99
+  local -a env=(SMB_TRANSPORT=verbs SMB_RDMA_DEVICE="$DEV")
+  start_verbs_smbd "smbd-$tag" "$ADDR:0" "${env[@]}" || return
+  local pid=${PIDS[-1]}
+  say "latency over native verbs on $DEV (soft-RoCE in a VM: functional, not RDMA speed)"
+  printf '  | %-18s | %9s | %9s |\n' operation "p50 us" "p99 us"
+  for spec in "fetch-add:--op fetch-add --size 4K --iters 2000" \
+    "compare-swap:--op compare-swap --size 4K --iters 2000" \
+    "write 8 B:--op write --size 8 --block 8 --iters 2000" \
+    "accumulate 4 KiB:--op accumulate --size 4K --block 4K --iters 2000" \
+    "notify to wake:--op notify --size 8 --iters 400" \
+    "barrier of 2:--op barrier --size 8 --threads 2 --iters 200" \
+    "barrier of 8:--op barrier --size 8 --threads 8 --iters 100"; do
+    label=${spec%%:*}
+    log=$LOGS/latency-${label// /-}.log
+    # shellcheck disable=SC2086  # the spec's words are smb-bench's arguments
+    if ! timeout -k 5 120 env "${env[@]}" "$SMB_BENCH" --servers "$SMBD_ADDRESS" ${spec#*:} >"$log" 2>&1 ||
+      ! grep -q '^ *path .*verbs' "$log"; then
+      sed 's/^/  | /' "$log"
+      fail "latency-native: $label did not run over verbs"
+      rc=1
+      continue
+    fi
+    read -r p50 p99 < <(sed -n 's/.*latency *p50 \([0-9.]*\) us, p99 \([0-9.]*\) us.*/\1 \2/p' "$log")
+    printf '  | %-18s | %9s | %9s |\n' "$label" "${p50:-?}" "${p99:-?}"
+  done
+  stop_pids "$pid"
+  return $rc
+}
+
 case_smb_verbs() { smb_over_verbs am vm; }
 case_smb_verbs_rma() { smb_over_verbs auto vm-rma; }
 
@@ -496,6 +534,7 @@ if ((${#FAILED[@]} == 0)); then
   run_case smb-verbs case_smb_verbs
   run_case smb-verbs-rma case_smb_verbs_rma
   ((NATIVE_VERBS)) && run_case smb-native-verbs case_smb_native_verbs
+  ((NATIVE_VERBS)) && run_case latency-native case_latency_native
   ((TWO_HOST)) && run_case two-host case_two_host
   ((TWO_HOST && NATIVE_VERBS)) && run_case two-host-native case_two_host_native
   [[ -n $TRANSPORT_TESTS ]] && ((NATIVE_VERBS)) && run_case transport-native case_transport_native

@@ -18,8 +18,11 @@ and prints each ratio against the issue's targets:
   accumulate 4 KiB p99     <= 10 x its p50
   notify-to-wake p50       <= 5 x the 8 B ucp_am_lat round trip
 
-Usage: tools/bench/latency.py [--preset ci | --build DIR] [--iters N] [--poll] [--write-docs] [--plot]
+Usage: tools/bench/latency.py [--preset ci | --build DIR] [--iters N] [--poll] [--smbd-arg ARG]...
+                              [--write-docs] [--plot]
   --poll        run smbd with --poll (busy-polling progress)
+  --smbd-arg    one more smbd argument, e.g. --smbd-arg=--spin-us=0 (sleep
+                at once after work, as smbd did before it spun)
   --write-docs  replace the latency section of docs/benchmarks.md
   --plot        write docs/img/latency-vs-size.png (matplotlib)
 Results (JSON, logs) go to build/PRESET/latency/.
@@ -95,10 +98,10 @@ def perftest(tls, test, size, iters, log_dir):
 
 
 class Smbd:
-    def __init__(self, build, tls, log_dir, poll=False):
+    def __init__(self, build, tls, log_dir, extra_args=()):
         self.log = open(os.path.join(log_dir, f"smbd-{tls or 'shm'}.log"), "w+")
         self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU, SMBD or os.path.join(build, "smb-server", "smbd"),
-                                      "--listen", "127.0.0.1:0", "--capacity", "256M"] + (["--poll"] if poll else []),
+                                      "--listen", "127.0.0.1:0", "--capacity", "256M", *extra_args],
                                      env=env_for(tls), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -128,7 +131,7 @@ def bench(build, tls, server, *args):
     return {"p50": doc["p50_us"], "p99": doc["p99_us"], "path": doc["paths"][0]}
 
 
-def measure(build, tls, iters, log_dir, poll=False):
+def measure(build, tls, iters, log_dir, smbd_args=()):
     out = {"perftest": {}, "smb": {}}
     pt = out["perftest"]
     pt["fadd"] = perftest(tls, "ucp_fadd", 8, iters, log_dir)
@@ -136,7 +139,7 @@ def measure(build, tls, iters, log_dir, poll=False):
     pt["put_lat"] = perftest(tls, "ucp_put_lat", 8, iters, log_dir)
     pt["am_lat"] = {size: perftest(tls, "ucp_am_lat", size, iters if size <= 65536 else iters // 10, log_dir)
                     for size in AM_SIZES}
-    server = Smbd(build, tls, log_dir, poll)
+    server = Smbd(build, tls, log_dir, smbd_args)
     try:
         smb = out["smb"]
         smb["write8"] = bench(build, tls, server.address, "--op", "write", "--size", "8", "--block", "8",
@@ -254,17 +257,22 @@ def main():
     p.add_argument("--write-docs", action="store_true")
     p.add_argument("--plot", action="store_true")
     p.add_argument("--poll", action="store_true", help="smbd --poll")
+    p.add_argument("--smbd-arg", action="append", default=[], help="one more smbd argument (repeatable)")
     p.add_argument("--smbd", help="this smbd binary instead of the build's (e.g. an older one, to compare)")
     args = p.parse_args()
     global SMBD
     SMBD = args.smbd
     build = os.path.abspath(args.build) if args.build else os.path.join(ROOT, "build", args.preset)
-    log_dir = os.path.join(build, "latency-" + ("old-" if args.smbd else "") + ("poll" if args.poll else "idle"))
+    smbd_args = (["--poll"] if args.poll else []) + args.smbd_arg
+    mode = "poll" if args.poll else "idle"
+    if args.smbd_arg:
+        mode += "-" + re.sub(r"[^A-Za-z0-9]+", "", "".join(args.smbd_arg))
+    log_dir = os.path.join(build, "latency-" + ("old-" if args.smbd else "") + mode)
     os.makedirs(log_dir, exist_ok=True)
     results = {}
     for label, tls in TRANSPORTS:
         print(f"== {label} (UCX_TLS={tls or 'unset'})", file=sys.stderr)
-        results[label] = measure(build, tls, args.iters, log_dir, args.poll)
+        results[label] = measure(build, tls, args.iters, log_dir, smbd_args)
     with open(os.path.join(log_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     text = markdown(results)

@@ -16,6 +16,11 @@ enum AmId : unsigned {
   kAmReply = 3,   // server -> client: AmReplyHeader (+ data for reads and atomics)
   kAmAtomic = 4,  // client -> server: AmAtomicHeader; the reply carries the old value
   kAmCall = 5,    // client -> server: CallHeader (call_wire.hpp), data frame + payload; the reply carries a frame
+  kAmPing = 6,    // client -> server: AmPingHeader; an empty reply (wires up the server's way back, see UcxChannel)
+};
+
+struct AmPingHeader {
+  std::uint64_t token;
 };
 
 struct AmRequestHeader {

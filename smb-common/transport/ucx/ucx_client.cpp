@@ -16,10 +16,12 @@ namespace smb::transport::ucx {
 namespace {
 
 // Heap state of an RMA/atomic op, owned by UCX between issue and callback.
+// Its error text is built only on failure: small ops cost ~0.1 us.
 struct OpContext {
   CompletionPtr completion;
   std::uint64_t operand = 0;
-  std::string what;
+  std::shared_ptr<const std::string> peer;
+  const char* op = "";
 };
 
 void finish_op(void* user_data, ucs_status_t status) {
@@ -30,7 +32,7 @@ void finish_op(void* user_data, ucs_status_t status) {
     ctx->completion->finish(status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT
                                 ? Errc::server_gone
                                 : Errc::transport,
-                            ctx->what + ": UCX error: " + ucs_status_string(status));
+                            "server " + *ctx->peer + ": " + ctx->op + ": UCX error: " + ucs_status_string(status));
 }
 void send_done(void* /*request*/, ucs_status_t status, void* user_data) { finish_op(user_data, status); }
 
@@ -121,6 +123,11 @@ ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::si
   if (header_length == sizeof h) {
     std::memcpy(&h, header, sizeof h);
     pending = self->pending_.take(h.token);
+    if (auto call = self->calls_out_.find(h.token); call != self->calls_out_.end()) {
+      UcxChannel* channel = call->second;
+      self->calls_out_.erase(call);
+      channel->call_answered();
+    }
   }
   if (!pending) {  // malformed, or its op was abandoned
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
@@ -229,11 +236,20 @@ struct Lanes {
     return put_lanes && !rma.empty() &&
            std::all_of(rma.begin(), rma.end(), [](const auto& t) { return shared_memory.contains(t); });
   }
-  // Atomics a NIC does. UCX's shared-memory atomic lanes need keys that a
-  // registered segment does not have, so those go through the server too.
+  // Atomics that need no server CPU: a NIC's, or, on one host, UCX's
+  // shared-memory lanes, which run the CPU's own atomic instruction on the
+  // server's pool mapped into this process (the pool is UCX-allocated
+  // shareable memory, see MemoryMap). Both are coherent with the atomics the
+  // server runs for other clients (std::atomic_ref on the same words): one
+  // cache-coherent CPU instruction either way. TCP's "atomics" are software
+  // emulation, a round trip each, no better than ours.
   bool native_amo() const {
-    static const std::set<std::string> software{"tcp", "sysv", "posix", "cma", "knem", "xpmem", "self"};
-    return !amo.empty() && std::none_of(amo.begin(), amo.end(), [](const auto& t) { return software.contains(t); });
+    static const std::set<std::string> shared_memory{"sysv", "posix", "xpmem"};
+    static const std::set<std::string> software{"tcp", "cma", "knem", "self"};
+    if (amo.empty() || std::any_of(amo.begin(), amo.end(), [](const auto& t) { return software.contains(t); }))
+      return false;
+    const bool on_host = std::any_of(amo.begin(), amo.end(), [](const auto& t) { return shared_memory.contains(t); });
+    return !on_host || native_rma();
   }
 
   std::string summary() const {
@@ -286,13 +302,15 @@ Lanes lanes_of(ucp_ep_h ep) {
 //     one-sided RMA it is;
 //  2. else UCX's shared-memory transports, which 1.13 offers only to
 //     endpoints without peer-failure detection: if such an endpoint has native
-//     RMA, use it, and learn of the server's death from its control
-//     connection instead (ClientCore probes it while requests wait);
+//     RMA, it replaces the first one for everything (RMA, native atomics,
+//     calls as shared-memory active messages), and the server's death is
+//     learnt from its control connection instead (ClientCore probes it while
+//     requests wait);
 //  3. else (TCP) the "am" protocol on the first endpoint: UCX only emulates
 //     RMA over TCP, a round trip per fragment, while active messages stream.
 UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_address, std::string peer,
                        DataProtocol protocol)
-    : transport_(transport), peer_(std::move(peer)) {
+    : transport_(transport), peer_(std::move(peer)), peer_name_(std::make_shared<const std::string>(peer_)) {
   std::lock_guard lock(transport_.mutex_);
   ucp_worker_h worker = transport_.worker_.get();
   ep_ = create_endpoint(worker, server_address, UCP_ERR_HANDLING_MODE_PEER, &UcxChannel::on_error, this, peer_);
@@ -302,8 +320,7 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
         create_endpoint(worker, server_address, UCP_ERR_HANDLING_MODE_NONE, nullptr, nullptr, peer_);
     Lanes unguarded_lanes = lanes_of(unguarded);
     if (unguarded_lanes.native_rma()) {
-      // The guarded endpoint stays, for what the server serves (see assisted_ep_).
-      assisted_ep_ = std::exchange(ep_, unguarded);
+      close_endpoint(worker, std::exchange(ep_, unguarded), true);
       lanes = std::move(unguarded_lanes);
       peer_failure_detected_ = false;
     } else {
@@ -314,14 +331,40 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
   shared_memory_rma_ = !use_am_ && lanes.native_rma();
   am_atomics_ = use_am_ || !lanes.native_amo();
   lanes_ = lanes.summary();
+  if (!peer_failure_detected_) wire_up_replies();
   spdlog::debug("libsmb: server {} via {}", peer_, describe());
+}
+
+// Over shared memory the server has no way back to this worker until its
+// first reply makes UCX connect back, which reconfigures this endpoint: with
+// puts in flight on it that stalled them for seconds (UCX 1.13). So a ping
+// makes that happen now, before any data op. Under the transport lock.
+void UcxChannel::wire_up_replies() {
+  auto done = std::make_shared<Completion>();
+  done->expect();
+  const std::uint64_t token = transport_.pending_.add(UcxClientTransport::PendingAm{done, this, nullptr, 0, "ping"});
+  const AmPingHeader header{token};
+  send_request(kAmPing, &header, sizeof header, nullptr, 0, token, done, "ping");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done->done() && std::chrono::steady_clock::now() < deadline) ucp_worker_progress(transport_.worker_.get());
+  if (!done->done()) {
+    transport_.pending_.forget(*done);
+    close_endpoint(transport_.worker_.get(), ep_, true);
+    throw Error(Errc::timeout, "server " + peer_ + ": no answer over shared memory within 10 s (is smbd alive?)");
+  }
+  try {
+    done->throw_if_failed();
+  } catch (const Error& e) {
+    close_endpoint(transport_.worker_.get(), ep_, true);
+    throw Error(e.code(), "server " + peer_ + ": wiring up shared memory: " + e.what());
+  }
 }
 
 UcxChannel::~UcxChannel() {
   std::unique_lock lock(transport_.mutex_);
+  std::erase_if(transport_.calls_out_, [this](const auto& entry) { return entry.second == this; });
   transport_.fail_pending(this, Errc::server_gone, "server " + peer_ + ": connection closed");
   if (ep_ != nullptr) close_endpoint(transport_.worker_.get(), ep_, health_.failed() || !peer_failure_detected_);
-  if (assisted_ep_ != nullptr) close_endpoint(transport_.worker_.get(), assisted_ep_, health_.failed());
 }
 
 ChannelCaps UcxChannel::caps() const {
@@ -336,8 +379,7 @@ ChannelCaps UcxChannel::caps() const {
 
 std::string UcxChannel::describe() const {
   return std::string("ucx, data protocol ") + (use_am_ ? "am" : "rma") + ", atomics " +
-         (am_atomics_ ? "am" : "rma") + (assisted_ep_ != nullptr ? ", calls and am atomics on a tcp endpoint" : "") +
-         " (lanes " + lanes_ + ")";
+         (am_atomics_ ? "am" : "rma") + " (lanes " + lanes_ + ")";
 }
 
 // Under the transport lock: the first failure fails what the server owes.
@@ -393,8 +435,7 @@ void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, 
 // Sends one request whose reply (matched by `token` in pending_) completes the op.
 void UcxChannel::send_request(unsigned id, const void* header, std::size_t header_length, const void* payload,
                               std::size_t payload_length, std::uint64_t token,
-                              const CompletionPtr& completion, const char* op, std::span<const std::byte> second,
-                              ucp_ep_h ep) {
+                              const CompletionPtr& completion, const char* op, std::span<const std::byte> second) {
   auto owned = std::make_unique<UcxClientTransport::SendContext>();
   auto* ctx = owned.get();
   std::memcpy(ctx->header.data(), header, header_length);
@@ -418,10 +459,15 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
     const std::uint64_t sent = c->token;
     transport.sends_.erase(sent);  // frees c
     if (status == UCS_OK) return;
+    if (auto call = transport.calls_out_.find(sent); call != transport.calls_out_.end()) {
+      UcxChannel* channel = call->second;  // a call that never left: its credit comes back now
+      transport.calls_out_.erase(call);
+      channel->call_answered();
+    }
     transport.pending_.fail(sent, Errc::transport, std::string("sending request: UCX error: ") + ucs_status_string(status));
   };
   ucs_status_ptr_t request =
-      ucp_am_send_nbx(ep != nullptr ? ep : ep_, id, ctx->header.data(), header_length, payload, payload_length, &p);
+      ucp_am_send_nbx(ep_, id, ctx->header.data(), header_length, payload, payload_length, &p);
   if (request == nullptr) return;  // sent at once; `owned` frees the context, the reply completes the op
   if (UCS_PTR_IS_ERR(request)) {
     (void)transport_.pending_.take(token);
@@ -439,9 +485,30 @@ void UcxChannel::call(std::span<const std::uint8_t> frame, std::span<const std::
   if (!health_.admit(completion, "call")) return;
   const std::uint64_t token =
       transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, nullptr, 0, "call", reply});
-  const CallHeader header{token, static_cast<std::uint32_t>(frame.size()), 0};
-  send_request(kAmCall, &header, sizeof header, frame.data(), frame.size(), token, completion, "call", payload,
-               assisted());
+  QueuedCall call{token, frame, payload, completion};
+  if (calls_in_flight_ >= kCallCredits) return queued_calls_.push_back(std::move(call));
+  send_call(call);
+}
+
+// Under the transport lock, with a credit free.
+void UcxChannel::send_call(const QueuedCall& call) {
+  ++calls_in_flight_;
+  transport_.calls_out_[call.token] = this;
+  const CallHeader header{call.token, static_cast<std::uint32_t>(call.frame.size()), 0};
+  send_request(kAmCall, &header, sizeof header, call.frame.data(), call.frame.size(), call.token, call.completion,
+               "call", call.payload);
+  if (!transport_.pending_.contains(call.token) && transport_.calls_out_.erase(call.token) != 0)
+    --calls_in_flight_;  // refused at once: no reply will come
+}
+
+// Under the transport lock (inside progress).
+void UcxChannel::call_answered() {
+  if (calls_in_flight_ > 0) --calls_in_flight_;
+  while (calls_in_flight_ < kCallCredits && !queued_calls_.empty()) {
+    QueuedCall next = std::move(queued_calls_.front());
+    queued_calls_.pop_front();
+    if (transport_.pending_.contains(next.token)) send_call(next);  // else failed or abandoned meanwhile
+  }
 }
 
 void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
@@ -464,7 +531,7 @@ void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, 
   if (request != nullptr) ucp_request_free(request);
   // Elsewhere a put completes locally; the flush completes once the bytes are
   // in the server's memory, which is what "visible after write" promises.
-  auto ctx = std::make_unique<OpContext>(OpContext{completion, 0, "server " + peer_ + ": write"});
+  auto ctx = std::make_unique<OpContext>(OpContext{completion, 0, peer_name_, "write"});
   ucp_request_param_t p = callback_param(ctx.get());
   track(ucp_ep_flush_nbx(ep_, &p), std::move(ctx));
 }
@@ -475,10 +542,10 @@ void UcxChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::s
   if (!health_.admit(completion, "read")) return;
   if (use_am_) return send_am(kAmRead, seg, offset, nullptr, dst, length, completion, "read");
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
-  auto ctx = std::make_unique<OpContext>(OpContext{completion, 0, "server " + peer_ + ": read"});
+  auto ctx = std::make_unique<OpContext>(OpContext{completion, 0, peer_name_, "read"});
   ucp_request_param_t p = callback_param(ctx.get());
-  track(ucp_get_nbx(ep_, dst, length, remote.descriptor().address + offset, remote.rkey(), &p),
-        std::move(ctx));
+  ucs_status_ptr_t request = ucp_get_nbx(ep_, dst, length, remote.descriptor().address + offset, remote.rkey(), &p);
+  track(request, std::move(ctx));
 }
 
 void UcxChannel::atomic(AtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
@@ -491,22 +558,24 @@ void UcxChannel::atomic(AtomicOp op, RemoteSegment& seg, std::uint64_t offset, s
         transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, result, sizeof(std::uint64_t), what});
     const AmAtomicHeader header{token, seg.descriptor().id, offset, static_cast<std::uint32_t>(op), 0,
                                 operand, compare};
-    send_request(kAmAtomic, &header, sizeof header, nullptr, 0, token, completion, what, {}, assisted());
+    send_request(kAmAtomic, &header, sizeof header, nullptr, 0, token, completion, what);
     return;
   }
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
   // UCX's compare-and-swap compares with `buffer` and swaps in the reply
   // buffer's value, which the old value then overwrites.
   const bool cas = op == AtomicOp::compare_swap;
-  auto ctx = std::make_unique<OpContext>(OpContext{completion, cas ? compare : operand, "server " + peer_ + ": " + what});
+  auto ctx = std::make_unique<OpContext>(OpContext{completion, cas ? compare : operand, peer_name_, what});
   ucp_request_param_t p = callback_param(ctx.get());
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
   p.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));
   p.reply_buffer = result;
   if (cas) *result = operand;
-  track(ucp_atomic_op_nbx(ep_, op == AtomicOp::fetch_add ? UCP_ATOMIC_OP_ADD : UCP_ATOMIC_OP_CSWAP,
-                          &ctx->operand, 1, remote.descriptor().address + offset, remote.rkey(), &p),
-        std::move(ctx));
+  // Issued before `ctx` is handed on: an argument list could move it first.
+  ucs_status_ptr_t request =
+      ucp_atomic_op_nbx(ep_, op == AtomicOp::fetch_add ? UCP_ATOMIC_OP_ADD : UCP_ATOMIC_OP_CSWAP, &ctx->operand, 1,
+                        remote.descriptor().address + offset, remote.rkey(), &p);
+  track(request, std::move(ctx));
 }
 
 void UcxChannel::fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value,

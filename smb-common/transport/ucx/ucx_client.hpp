@@ -5,11 +5,13 @@
 #include "transport/channel_health.hpp"
 #include "transport/pending_table.hpp"
 #include "transport/transport.hpp"
+#include "transport/reply_queue.hpp"
 #include "transport/ucx/am_wire.hpp"
 #include "transport/ucx/ucx_handles.hpp"
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -64,7 +66,8 @@ class UcxClientTransport final : public ClientTransport {
   // completes. Owned here (not by the callback) so that sends still in flight
   // when the transport goes are freed too.
   struct SendContext {
-    std::array<std::byte, std::max({sizeof(AmRequestHeader), sizeof(AmAtomicHeader), sizeof(CallHeader)})>
+    std::array<std::byte, std::max({sizeof(AmRequestHeader), sizeof(AmAtomicHeader), sizeof(CallHeader),
+                                    sizeof(AmPingHeader)})>
         header{};
     std::array<ucp_dt_iov_t, 2> iov{};  // calls: frame and payload, read until the send completes
     std::uint64_t token = 0;
@@ -76,6 +79,10 @@ class UcxClientTransport final : public ClientTransport {
   std::mutex mutex_;  // guards the worker and everything below
   PendingTable<PendingAm> pending_;
   std::unordered_map<std::uint64_t, std::unique_ptr<SendContext>> sends_;  // by token
+  // Calls sent and not yet answered, by token: each holds one of its
+  // channel's credits until a reply with its token comes, even after the
+  // caller abandoned it (the server still answers it).
+  std::unordered_map<std::uint64_t, UcxChannel*> calls_out_;
   DataProtocol protocol_;
   ContextPtr context_;
   WorkerPtr worker_;
@@ -130,19 +137,34 @@ class UcxChannel final : public Channel {
   // starts with the token (from pending_) that the reply echoes.
   void send_request(unsigned id, const void* header, std::size_t header_length, const void* payload,
                     std::size_t payload_length, std::uint64_t token, const CompletionPtr& completion,
-                    const char* op, std::span<const std::byte> second = {}, ucp_ep_h ep = nullptr);
+                    const char* op, std::span<const std::byte> second = {});
   void atomic(AtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
               std::uint64_t compare, std::uint64_t* result, const CompletionPtr& completion);
 
   UcxClientTransport& transport_;
   std::string peer_;
+  std::shared_ptr<const std::string> peer_name_;  // peer_, for error texts built after the op
+  // One endpoint per server; everything (RMA, atomics, calls) takes its
+  // fastest lanes. On one host those are shared memory, whose endpoint UCX
+  // 1.13 gives no peer-failure detection: the control connection tells
+  // instead (ServerLink::check_alive).
   ucp_ep_h ep_ = nullptr;
-  // Over shared-memory RMA, a second endpoint (with peer-failure detection,
-  // so over TCP) carries what the server serves: calls and atomics. Active
-  // messages on the unguarded shared-memory endpoint, whose replies make the
-  // server connect back, stalled concurrent puts on it for seconds (UCX 1.13).
-  ucp_ep_h assisted_ep_ = nullptr;
-  ucp_ep_h assisted() const { return assisted_ep_ != nullptr ? assisted_ep_ : ep_; }
+  void wire_up_replies();
+
+  // Call credits (reply_queue.hpp): at most kCallCredits calls unanswered
+  // per server, as the server expects of an honest client; more wait here.
+  // Over shared memory the server's replies have nowhere to go until this
+  // client progresses, and the server drops replies past its bound.
+  struct QueuedCall {
+    std::uint64_t token;
+    std::span<const std::uint8_t> frame;
+    std::span<const std::byte> payload;
+    CompletionPtr completion;
+  };
+  std::deque<QueuedCall> queued_calls_;
+  std::uint32_t calls_in_flight_ = 0;
+  void send_call(const QueuedCall& call);
+  void call_answered();  // a credit came back
   bool use_am_ = false;                 // data through the server ("am") rather than RMA
   bool am_atomics_ = false;             // atomics through the server (no native atomic lane)
   bool peer_failure_detected_ = true;   // UCX reports the server's death on this endpoint

@@ -1,6 +1,7 @@
 #include "transport/ucx/ucx_server.hpp"
 
 #include "transport/call_wire.hpp"
+#include "transport/idle_spin.hpp"
 #include "transport/ucx/am_checks.hpp"
 #include "transport/ucx/am_wire.hpp"
 
@@ -102,6 +103,7 @@ UcxServerTransport::UcxServerTransport()
   set_handler(kAmRead, &UcxServerTransport::on_read);
   set_handler(kAmAtomic, &UcxServerTransport::on_atomic);
   set_handler(kAmCall, &UcxServerTransport::on_call);
+  set_handler(kAmPing, &UcxServerTransport::on_ping);
 }
 
 UcxServerTransport::~UcxServerTransport() { stop(); }
@@ -155,11 +157,14 @@ void UcxServerTransport::progress_loop(const std::stop_token& stop) {
   ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, worker_fd, &ev);
   ev.data.fd = thread_.wake_fd();
   ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, thread_.wake_fd(), &ev);
+  IdleSpin idle(tuning_);
   while (!stop.stop_requested()) {
-    send_queued_replies();
-    while (ucp_worker_progress(worker_.get()) != 0) {
-    }
-    if (tuning_.busy_poll) continue;
+    bool worked = false;
+    while (ucp_worker_progress(worker_.get()) != 0) worked = true;
+    // After progress: the calls it ran queued their replies without waking
+    // this thread (it is this thread), so they must go before it sleeps.
+    worked |= send_queued_replies();
+    if (!idle.may_sleep(worked)) continue;
     ucs_status_t status = ucp_worker_arm(worker_.get());
     if (status == UCS_ERR_BUSY) continue;
     if (status != UCS_OK) {
@@ -170,13 +175,16 @@ void UcxServerTransport::progress_loop(const std::stop_token& stop) {
     const int n = ::epoll_wait(epoll.get(), events, 2, 500);
     for (int i = 0; i < n; ++i)
       if (events[i].data.fd == thread_.wake_fd()) thread_.clear_wake();
+    if (n > 0) idle.woke();
   }
   while (ucp_worker_progress(worker_.get()) != 0) {
   }
 }
 
-void UcxServerTransport::send_queued_replies() {
-  for (auto& r : replies_.take()) send_reply(r.peer, r.token, Errc::ok, nullptr, 0, {}, 0, std::move(r.frame));
+bool UcxServerTransport::send_queued_replies() {
+  auto replies = replies_.take();
+  for (auto& r : replies) send_reply(r.peer, r.token, Errc::ok, nullptr, 0, {}, 0, std::move(r.frame));
+  return !replies.empty();
 }
 
 // A call: the frame and payload are copied out (the handler may finish on
@@ -260,6 +268,15 @@ bool UcxServerTransport::take_header(const void* header, std::size_t header_leng
   }
   out = *parsed;
   return true;
+}
+
+ucs_status_t UcxServerTransport::on_ping(void* arg, const void* header, std::size_t header_length, void* data,
+                                         std::size_t /*length*/, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxServerTransport*>(arg);
+  AmPingHeader h{};
+  if (self->take_header(header, header_length, data, param, h))
+    self->send_reply(param->reply_ep, h.token, Errc::ok, nullptr, 0, {});
+  return UCS_OK;
 }
 
 ucs_status_t UcxServerTransport::on_read(void* arg, const void* header, std::size_t header_length,

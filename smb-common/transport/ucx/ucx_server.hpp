@@ -60,11 +60,13 @@ class UcxServerTransport final : public ServerTransport {
                               std::size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t on_atomic(void* arg, const void* header, std::size_t header_length, void* data,
                                 std::size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_ping(void* arg, const void* header, std::size_t header_length, void* data,
+                              std::size_t length, const ucp_am_recv_param_t* param);
   template <class Header>
   bool take_header(const void* header, std::size_t header_length, void* data, const ucp_am_recv_param_t* param,
                    Header& out);
   void progress_loop(const std::stop_token& stop);
-  void send_queued_replies();
+  bool send_queued_replies();  // true when there were any
   // The progress thread's: every reply to a client goes out here.
   void send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data, std::size_t length,
                   std::shared_ptr<const void> owner, std::uint64_t value = 0, Bytes frame = {});

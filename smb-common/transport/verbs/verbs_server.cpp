@@ -1,6 +1,7 @@
 #include "transport/verbs/verbs_server.hpp"
 
 #include "transport/call_wire.hpp"
+#include "transport/idle_spin.hpp"
 #include "transport/verbs/verbs_calls.hpp"
 
 #include <netinet/in.h>
@@ -82,17 +83,24 @@ void VerbsServerTransport::stop() { thread_.stop(); }
 
 // Sleeps on the rdma_cm event channel, the completion channel and the wake
 // fd: the thread wakes for connection set-up and tear-down, calls, and
-// replies to send, never per one-sided op.
+// replies to send, never per one-sided op. While it spins (IdleSpin) it also
+// polls every connection's completion queue itself, without waiting for the
+// completion channel's event.
 void VerbsServerTransport::event_loop(const std::stop_token& stop) {
+  IdleSpin idle(tuning_);
+  bool worked = false;
   while (!stop.stop_requested()) {
+    const bool sleep = idle.may_sleep(worked);
+    worked = false;
     pollfd fds[3] = {{events_->fd, POLLIN, 0}, {completions_->fd, POLLIN, 0}, {thread_.wake_fd(), POLLIN, 0}};
-    ::poll(fds, 3, tuning_.busy_poll ? 0 : 500);  // busy-poll: look again at once
+    if (::poll(fds, 3, sleep ? 500 : 0) > 0 && sleep) idle.woke();
     for (;;) {
       rdma_cm_event* raw = nullptr;
       if (rdma_get_cm_event(events_.get(), &raw) != 0) break;  // EAGAIN: drained
       const rdma_cm_event event = *raw;
       // Ack before acting: destroying an id waits for its events' acks.
       rdma_ack_cm_event(raw);
+      worked = true;
       try {
         on_event(event);
       } catch (const std::exception& e) {
@@ -105,16 +113,20 @@ void VerbsServerTransport::event_loop(const std::stop_token& stop) {
       if (ibv_get_cq_event(completions_.get(), &cq, &owner) != 0) break;  // EAGAIN: drained
       ibv_ack_cq_events(cq, 1);
       ibv_req_notify_cq(cq, 0);  // re-armed before polling, so no completion slips between
-      poll_connection(*static_cast<Connection*>(owner));
+      worked |= poll_connection(*static_cast<Connection*>(owner));
     }
+    if (!sleep)
+      for (auto& [id, connection] : connections_) worked |= poll_connection(*connection);
     if (fds[2].revents & POLLIN) thread_.clear_wake();
-    send_replies();
+    worked |= send_replies();
   }
 }
 
-void VerbsServerTransport::poll_connection(Connection& c) {
+bool VerbsServerTransport::poll_connection(Connection& c) {
+  bool any = false;
   ibv_wc wc[16];
   for (int n; (n = ibv_poll_cq(c.cq.get(), 16, wc)) > 0;) {
+    any = true;
     for (int i = 0; i < n; ++i) {
       // A failed completion means the connection is ending; rdma_cm reports that.
       if (wc[i].status != IBV_WC_SUCCESS) {
@@ -136,6 +148,7 @@ void VerbsServerTransport::poll_connection(Connection& c) {
       }
     }
   }
+  return any;
 }
 
 // A call arrived in receive `slot`: copy it out, repost the receive (the
@@ -158,9 +171,11 @@ void VerbsServerTransport::on_call(Connection& c, std::uint32_t slot, std::size_
   });
 }
 
-void VerbsServerTransport::send_replies() {
-  for (auto& r : replies_.take())
+bool VerbsServerTransport::send_replies() {
+  auto replies = replies_.take();
+  for (auto& r : replies)
     if (auto c = r.peer.lock()) send_reply(*c, r.token, std::move(r.frame));
+  return !replies.empty();
 }
 
 void VerbsServerTransport::send_reply(Connection& c, std::uint64_t token, Bytes frame) {

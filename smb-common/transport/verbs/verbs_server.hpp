@@ -47,9 +47,9 @@ class VerbsServerTransport final : public ServerTransport {
   void event_loop(const std::stop_token& stop);
   void on_event(const rdma_cm_event& event);
   void accept(rdma_cm_id* id, const rdma_conn_param& requested);
-  void poll_connection(Connection& c);
+  bool poll_connection(Connection& c);  // true when it took any completion
   void on_call(Connection& c, std::uint32_t slot, std::size_t length);
-  void send_replies();
+  bool send_replies();  // true when there were any
   // Holds the reply against the client's backlog, then posts it or queues it for a send slot.
   void send_reply(Connection& c, std::uint64_t token, Bytes frame);
   void post_reply(Connection& c, std::uint64_t token, const Bytes& frame);
