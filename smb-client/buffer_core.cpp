@@ -78,9 +78,41 @@ std::shared_ptr<Request::State> BufferCore::start(const char* op, std::uint64_t 
   return state;
 }
 
+// One piece, on one server: most small ops. Over shared memory the op is
+// often complete when the transport returns; then no request state is made at
+// all (a shared finished one stands in), else `completion` gets one to wait
+// with, as start() would have made.
+template <class Issue>
+Request BufferCore::one_piece(const char* op, std::uint64_t offset, std::uint64_t length,
+                              const protocol::StripePiece& piece, transport::CompletionPtr completion, Issue issue) {
+  auto* link = links_[piece.server];
+  link->check_alive();
+  completion->expect();
+  issue(*link->channel, *segments_[piece.server], completion);
+  if (completion->done() && !completion->failed()) return Request(finished_state());
+  auto state = std::make_shared<Request::State>();
+  state->client = client_;
+  state->completion = std::move(completion);
+  state->buffer_op = Request::State::BufferOp{name_, op, offset, length};
+  state->links.push_back(link);
+  return Request(state);
+}
+
+const std::shared_ptr<Request::State>& BufferCore::finished_state() {
+  static const auto finished = std::make_shared<Request::State>();  // its completion expects nothing: done
+  return finished;
+}
+
 Request BufferCore::write(std::uint64_t offset, std::span<const std::byte> data) {
   check_range("write", offset, data.size());
   const auto split = pieces(offset, data.size());
+  if (split.size() == 1) {
+    const auto& p = split.front();
+    return one_piece("write", offset, data.size(), p, std::make_shared<transport::Completion>(),
+                     [&](transport::Channel& channel, transport::RemoteSegment& segment, const auto& completion) {
+                       channel.put(segment, p.local_offset, data.data(), p.length, completion);
+                     });
+  }
   auto state = start("write", offset, data.size(), split);
   const auto& completion = state->completion;
   for (const auto& p : split)
@@ -92,6 +124,13 @@ Request BufferCore::write(std::uint64_t offset, std::span<const std::byte> data)
 Request BufferCore::read(std::uint64_t offset, std::span<std::byte> out) {
   check_range("read", offset, out.size());
   const auto split = pieces(offset, out.size());
+  if (split.size() == 1) {
+    const auto& p = split.front();
+    return one_piece("read", offset, out.size(), p, std::make_shared<transport::Completion>(),
+                     [&](transport::Channel& channel, transport::RemoteSegment& segment, const auto& completion) {
+                       channel.get(segment, p.local_offset, out.data(), p.length, completion);
+                     });
+  }
   auto state = start("read", offset, out.size(), split);
   const auto& completion = state->completion;
   for (const auto& p : split)
@@ -107,17 +146,22 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
     throw Error(Errc::invalid_argument, describe(op, offset, 8) + ": offset must be 8-byte aligned");
   // Stripe units are multiples of 8, so an aligned word never straddles servers.
   const auto piece = protocol::locate(geometry(), offset);
-  auto state = start(op, offset, sizeof(std::uint64_t), std::span(&piece, 1));
-  const auto& completion = state->completion;
-  auto& channel = *links_[piece.server]->channel;
-  auto& segment = *segments_[piece.server];
-  if (compare_swap)
-    channel.compare_swap(segment, piece.local_offset, a, b, &state->result, completion);
-  else
-    channel.fetch_add(segment, piece.local_offset, a, &state->result, completion);
-  Request request(state);
-  request.wait();
-  return state->result;
+  // The old value lands beside the completion: both live as long as the
+  // transport holds the op, even if this wait gives up on it.
+  struct Word {
+    transport::Completion completion;
+    std::uint64_t old = 0;
+  };
+  auto word = std::make_shared<Word>();
+  one_piece(op, offset, sizeof(std::uint64_t), piece, transport::CompletionPtr(word, &word->completion),
+            [&](transport::Channel& channel, transport::RemoteSegment& segment, const auto& completion) {
+              if (compare_swap)
+                channel.compare_swap(segment, piece.local_offset, a, b, &word->old, completion);
+              else
+                channel.fetch_add(segment, piece.local_offset, a, &word->old, completion);
+            })
+      .wait();
+  return word->old;
 }
 
 void BufferCore::close() {

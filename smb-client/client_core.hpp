@@ -95,6 +95,10 @@ class BufferCore {
   void check_range(const char* op, std::uint64_t offset, std::uint64_t length) const;
   protocol::StripeGeometry geometry() const;
   std::vector<protocol::StripePiece> pieces(std::uint64_t offset, std::uint64_t length) const;
+  template <class Issue>
+  Request one_piece(const char* op, std::uint64_t offset, std::uint64_t length, const protocol::StripePiece& piece,
+                    transport::CompletionPtr completion, Issue issue);
+  static const std::shared_ptr<Request::State>& finished_state();
   // A request over `pieces`, its servers checked for liveness first.
   std::shared_ptr<Request::State> start(const char* op, std::uint64_t offset, std::uint64_t length,
                                         std::span<const protocol::StripePiece> pieces);
@@ -137,7 +141,6 @@ struct Request::State {
     std::uint64_t offset = 0, length = 0;
   };
   std::optional<BufferOp> buffer_op;
-  std::uint64_t result = 0;  // atomics: the old value
   std::vector<client::ServerLink*> links;  // the servers the request involves
 
   std::string describe() const;

@@ -28,6 +28,7 @@ class Completion {
   }
 
   bool done() const { return pending_.load(std::memory_order_acquire) <= 0; }
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   void throw_if_failed() const {
     if (!failed_.load(std::memory_order_acquire)) return;  // the common case, without the lock

@@ -241,6 +241,24 @@ TEST_P(AtomicsTest, SharedMemoryAndServerAtomicsOnTheSameWordsStayExact) {
   EXPECT_EQ(sum, 4 * kAdds) << "shared-memory and server-side fetch-adds on the same words lost an update";
 }
 
+// UCX_TLS=sm,self (what users set to force shared memory) leaves no
+// transport with peer-failure detection: the client still works, on shared
+// memory alone, with native atomics and calls.
+TEST_P(AtomicsTest, UcxRestrictedToSharedMemoryStillWorks) {
+  if (GetParam().label != "ucx_shm") GTEST_SKIP() << "needs UCX's shared-memory fabric (this is " << GetParam().label << ")";
+  ScopedEnv env;
+  env.set("UCX_TLS", "sm,self");
+  for (const std::vector<std::string>& op : {std::vector<std::string>{"--op", "write", "--size", "1M", "--block", "64K", "--verify"},
+                                             {"--op", "fetch-add", "--size", "4K", "--iters", "500", "--verify"},
+                                             {"--op", "accumulate", "--size", "4K", "--block", "4K", "--iters", "100"}}) {
+    std::vector<std::string> args{"--servers", server_list()};
+    args.insert(args.end(), op.begin(), op.end());
+    const auto run = run_tool(smb_bench_path(), args);
+    ASSERT_TRUE(run.status.success()) << op[1] << ": " << run.describe();
+    EXPECT_NE(run.out.find("atomics rma"), std::string::npos) << op[1] << ": " << run.out;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fabrics, AtomicsTest, testing::ValuesIn(all_fabrics()), fabric_name);
 
 }  // namespace

@@ -13,18 +13,35 @@
 #include <thread>
 
 namespace smb::transport::ucx {
-namespace {
 
-// Heap state of an RMA/atomic op, owned by UCX between issue and callback.
-// Its error text is built only on failure: small ops cost ~0.1 us.
+// State of an RMA/atomic op, owned by UCX between issue and callback. Small
+// ops cost ~0.1 us, so contexts are reused (UcxClientTransport::spare_ops_)
+// and the error text is built only on failure.
 struct OpContext {
+  UcxClientTransport* transport = nullptr;
   CompletionPtr completion;
   std::uint64_t operand = 0;
   std::shared_ptr<const std::string> peer;
   const char* op = "";
 };
 
-void finish_op(void* user_data, ucs_status_t status) {
+// Under the transport lock.
+std::unique_ptr<OpContext> UcxClientTransport::op_context(CompletionPtr completion, std::uint64_t operand,
+                                                          const std::shared_ptr<const std::string>& peer,
+                                                          const char* op) {
+  std::unique_ptr<OpContext> ctx;
+  if (spare_ops_.empty()) {
+    ctx = std::make_unique<OpContext>();
+  } else {
+    ctx = std::move(spare_ops_.back());
+    spare_ops_.pop_back();
+  }
+  *ctx = OpContext{this, std::move(completion), operand, peer, op};
+  return ctx;
+}
+
+// Under the transport lock (a UCX callback, or at issue).
+void UcxClientTransport::finish_op(void* user_data, ucs_status_t status) {
   std::unique_ptr<OpContext> ctx(static_cast<OpContext*>(user_data));
   if (status == UCS_OK)
     ctx->completion->finish();
@@ -33,15 +50,24 @@ void finish_op(void* user_data, ucs_status_t status) {
                                 ? Errc::server_gone
                                 : Errc::transport,
                             "server " + *ctx->peer + ": " + ctx->op + ": UCX error: " + ucs_status_string(status));
+  UcxClientTransport* transport = ctx->transport;
+  ctx->completion.reset();
+  ctx->peer.reset();
+  if (transport->spare_ops_.size() < kSpareOps) transport->spare_ops_.push_back(std::move(ctx));
 }
-void send_done(void* /*request*/, ucs_status_t status, void* user_data) { finish_op(user_data, status); }
+
+namespace {
+
+void send_done(void* /*request*/, ucs_status_t status, void* user_data) {
+  UcxClientTransport::finish_op(user_data, status);
+}
 
 // Hands `ctx` to UCX for the op that returned `request`, or completes it now.
 void track(ucs_status_ptr_t request, std::unique_ptr<OpContext> ctx) {
   if (request == nullptr) {
-    ctx->completion->finish();
+    UcxClientTransport::finish_op(ctx.release(), UCS_OK);
   } else if (UCS_PTR_IS_ERR(request)) {
-    finish_op(ctx.release(), UCS_PTR_STATUS(request));
+    UcxClientTransport::finish_op(ctx.release(), UCS_PTR_STATUS(request));
   } else {
     ucp_request_free(request);  // the callback still fires
     (void)ctx.release();
@@ -313,14 +339,24 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
     : transport_(transport), peer_(std::move(peer)), peer_name_(std::make_shared<const std::string>(peer_)) {
   std::lock_guard lock(transport_.mutex_);
   ucp_worker_h worker = transport_.worker_.get();
-  ep_ = create_endpoint(worker, server_address, UCP_ERR_HANDLING_MODE_PEER, &UcxChannel::on_error, this, peer_);
-  Lanes lanes = lanes_of(ep_);
-  if (protocol != DataProtocol::am && !lanes.native_rma()) {
+  try {
+    ep_ = create_endpoint(worker, server_address, UCP_ERR_HANDLING_MODE_PEER, &UcxChannel::on_error, this, peer_);
+  } catch (const Error&) {
+    // Only transports without peer-failure detection reach it (UCX_TLS=sm,self,
+    // say): shared memory alone is fine, the control connection tells of a
+    // dead server. Anything else unreachable fails below, with UCX's reason.
+    spdlog::info("libsmb: server {}: no UCX transport with peer-failure detection (UCX prints why above); "
+                 "trying shared memory alone",
+                 peer_);
+  }
+  Lanes lanes = ep_ != nullptr ? lanes_of(ep_) : Lanes{};
+  if (ep_ == nullptr || (protocol != DataProtocol::am && !lanes.native_rma())) {
     ucp_ep_h unguarded =
         create_endpoint(worker, server_address, UCP_ERR_HANDLING_MODE_NONE, nullptr, nullptr, peer_);
     Lanes unguarded_lanes = lanes_of(unguarded);
-    if (unguarded_lanes.native_rma()) {
-      close_endpoint(worker, std::exchange(ep_, unguarded), true);
+    if (ep_ == nullptr || unguarded_lanes.native_rma()) {
+      if (ep_ != nullptr) close_endpoint(worker, ep_, true);
+      ep_ = unguarded;
       lanes = std::move(unguarded_lanes);
       peer_failure_detected_ = false;
     } else {
@@ -531,7 +567,7 @@ void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, 
   if (request != nullptr) ucp_request_free(request);
   // Elsewhere a put completes locally; the flush completes once the bytes are
   // in the server's memory, which is what "visible after write" promises.
-  auto ctx = std::make_unique<OpContext>(OpContext{completion, 0, peer_name_, "write"});
+  auto ctx = transport_.op_context(completion, 0, peer_name_, "write");
   ucp_request_param_t p = callback_param(ctx.get());
   track(ucp_ep_flush_nbx(ep_, &p), std::move(ctx));
 }
@@ -542,7 +578,7 @@ void UcxChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::s
   if (!health_.admit(completion, "read")) return;
   if (use_am_) return send_am(kAmRead, seg, offset, nullptr, dst, length, completion, "read");
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
-  auto ctx = std::make_unique<OpContext>(OpContext{completion, 0, peer_name_, "read"});
+  auto ctx = transport_.op_context(completion, 0, peer_name_, "read");
   ucp_request_param_t p = callback_param(ctx.get());
   ucs_status_ptr_t request = ucp_get_nbx(ep_, dst, length, remote.descriptor().address + offset, remote.rkey(), &p);
   track(request, std::move(ctx));
@@ -565,7 +601,7 @@ void UcxChannel::atomic(AtomicOp op, RemoteSegment& seg, std::uint64_t offset, s
   // UCX's compare-and-swap compares with `buffer` and swaps in the reply
   // buffer's value, which the old value then overwrites.
   const bool cas = op == AtomicOp::compare_swap;
-  auto ctx = std::make_unique<OpContext>(OpContext{completion, cas ? compare : operand, peer_name_, what});
+  auto ctx = transport_.op_context(completion, cas ? compare : operand, peer_name_, what);
   ucp_request_param_t p = callback_param(ctx.get());
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
   p.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));

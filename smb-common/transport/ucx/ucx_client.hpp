@@ -19,6 +19,7 @@
 namespace smb::transport::ucx {
 
 class UcxChannel;
+struct OpContext;
 
 // How bytes move between a client and one server (option "protocol", else
 // SMB_DATA_PROTOCOL):
@@ -58,6 +59,14 @@ class UcxClientTransport final : public ClientTransport {
     Bytes* frame = nullptr;  // calls: the reply frame goes here, whatever its length
   };
 
+  static constexpr std::size_t kSpareOps = 64;
+  std::unique_ptr<OpContext> op_context(CompletionPtr completion, std::uint64_t operand,
+                                        const std::shared_ptr<const std::string>& peer, const char* op);
+
+ public:
+  static void finish_op(void* user_data, ucs_status_t status);  // a UCX callback's user data
+
+ private:
   static ucs_status_t on_reply(void* arg, const void* header, std::size_t header_length, void* data,
                                std::size_t length, const ucp_am_recv_param_t* param);
   void fail_pending(UcxChannel* channel, Errc code, const std::string& message);
@@ -83,6 +92,7 @@ class UcxClientTransport final : public ClientTransport {
   // channel's credits until a reply with its token comes, even after the
   // caller abandoned it (the server still answers it).
   std::unordered_map<std::uint64_t, UcxChannel*> calls_out_;
+  std::vector<std::unique_ptr<OpContext>> spare_ops_;  // finished op contexts, for reuse
   DataProtocol protocol_;
   ContextPtr context_;
   WorkerPtr worker_;
