@@ -20,7 +20,7 @@ PACKAGES=(
   # tests, and the fuzz targets (clang's libFuzzer, ASan, UBSan)
   libgtest-dev libgmock-dev clang libclang-rt-14-dev
   # scripts (free-port lookup, process tools)
-  python3 procps iproute2 jq
+  python3 procps iproute2 util-linux jq
   # launching workers across hosts (smbrun -H, mpirun)
   openmpi-bin libopenmpi-dev
   # plugins: the smb Python package (pybind11, DLPack) and smb.torch (Debian's torch, CPU, with gloo)

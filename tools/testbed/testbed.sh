@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Many hosts on one machine: N network namespaces ("hosts") joined by a
+# bridge, each behind a veth link shaped by tc tbf, so that the fabric's
+# bytes cross a network the way they would between machines.
+#
+#   testbed.sh [--name NAME] up --hosts N [--link RATE]   e.g. --link 1gbit (default), none: unshaped
+#   testbed.sh [--name NAME] exec HOST CMD...               HOST: h3 or 3
+#   testbed.sh [--name NAME] addr HOST                      prints the host's address
+#   testbed.sh [--name NAME] down                           removes everything NAME made
+#
+# Host i is namespace NAME-hI with eth0 at 198.18.0.I/15 (the benchmarking
+# range) and lo up; the bridge lives in its own namespace NAME-sw, so the
+# machine's own network is never touched. Both directions are shaped: tbf on
+# the host's eth0 (what it sends) and on the bridge's port (what it receives).
+#
+# Shared memory would bypass the links: namespaces share the IPC namespace
+# and /dev/shm, and UCX takes shared memory between processes whose machine
+# identity matches, which is the kernel's boot id
+# (/proc/sys/kernel/random/boot_id). `exec` therefore runs each command in
+# its own mount and UTS namespaces, with the host's own boot id bound over the
+# kernel's (made at `up`) and the host's name (NAME-hI) as hostname: processes
+# on different hosts look like different machines to UCX and talk TCP over
+# the links, while processes on one host still share memory, as on a real
+# machine. smb-bench's path line shows it ("am: tcp").
+#
+# Needs root, iproute2 (ip, tc) and util-linux (unshare). Exit status 77
+# (skip) when they are missing.
+set -u -o pipefail
+
+NAME=${SMB_TESTBED_NAME:-smbtb}
+STATE_DIR=/run/smb-testbed
+
+die() { echo "testbed: $*" >&2; exit 1; }
+skip() { echo "testbed: cannot run here: $*" >&2; exit 77; }
+
+need_tools() {
+  ((EUID == 0)) || skip "needs root (network namespaces, tc)"
+  local t
+  for t in ip tc unshare; do command -v "$t" >/dev/null || skip "needs '$t' (apt-get install iproute2 util-linux)"; done
+}
+
+host_ns() {
+  local h=${1#h}
+  [[ $h =~ ^[0-9]+$ ]] || die "not a host: $1 (h1, h2, ... or 1, 2, ...)"
+  echo "$NAME-h$h"
+}
+
+host_addr() { echo "198.18.0.${1#h}"; }
+
+# RATE ("1gbit", "100mbit", "500kbit") -> a tbf burst of ~10 ms of it, at least 64 KiB.
+burst_for() {
+  local rate=$1 bits
+  case $rate in
+    *gbit) bits=$(( ${rate%gbit} * 1000000000 )) ;;
+    *mbit) bits=$(( ${rate%mbit} * 1000000 )) ;;
+    *kbit) bits=$(( ${rate%kbit} * 1000 )) ;;
+    *) die "--link: a rate such as 1gbit, 100mbit or 500kbit (got '$rate')" ;;
+  esac
+  local burst=$(( bits / 8 / 100 ))
+  ((burst < 65536)) && burst=65536
+  echo "$burst"
+}
+
+shape() {  # NS DEV RATE
+  [[ $3 == none ]] && return 0
+  tc -n "$1" qdisc add dev "$2" root tbf rate "$3" burst "$(burst_for "$3")" latency 50ms
+}
+
+cmd_down() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NAME-(h[0-9]+|sw)$"); do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  rm -f "$STATE_DIR/$NAME" "$STATE_DIR/$NAME"-h*.boot_id
+  return 0
+}
+
+cmd_up() {
+  local hosts=0 link=1gbit
+  while (($#)); do
+    case $1 in
+      --hosts) hosts=$2; shift ;;
+      --link) link=$2; shift ;;
+      *) die "up: unknown option $1" ;;
+    esac
+    shift
+  done
+  [[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 1 && hosts <= 250)) || die "up: --hosts 1..250"
+  [[ $link == none ]] || burst_for "$link" >/dev/null
+  need_tools
+  cmd_down
+  trap 'echo "testbed: up failed; removing what it made" >&2; cmd_down' ERR
+  set -e
+  local sw=$NAME-sw i ns
+  ip netns add "$sw" || skip "cannot create network namespaces"
+  ip -n "$sw" link add br0 type bridge
+  ip -n "$sw" link set br0 up
+  for ((i = 1; i <= hosts; i++)); do
+    ns=$(host_ns "$i")
+    ip netns add "$ns"
+    ip -n "$sw" link add "p$i" type veth peer name eth0 netns "$ns"
+    ip -n "$sw" link set "p$i" master br0 up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "$(host_addr "$i")/15" dev eth0
+    ip -n "$ns" link set eth0 up
+    shape "$ns" eth0 "$link"
+    shape "$sw" "p$i" "$link"
+    mkdir -p "$STATE_DIR"
+    cat /proc/sys/kernel/random/uuid >"$STATE_DIR/$ns.boot_id"
+  done
+  set +e
+  trap - ERR
+  mkdir -p "$STATE_DIR"
+  echo "hosts=$hosts link=$link" >"$STATE_DIR/$NAME"
+  for ((i = 1; i <= hosts; i++)); do echo "h$i $(host_addr "$i") (namespace $(host_ns "$i"), link $link)"; done
+}
+
+cmd_exec() {
+  (($# >= 2)) || die "exec HOST CMD..."
+  local ns
+  ns=$(host_ns "$1")
+  shift
+  ip netns list | awk '{print $1}' | grep -qx "$ns" || die "no host $ns (run 'up' first)"
+  # exec all the way down: the caller's $! is the command's own pid.
+  exec ip netns exec "$ns" unshare --uts --mount sh -c \
+    'hostname "$0" && mount --bind "$1" /proc/sys/kernel/random/boot_id && shift && exec "$@"' \
+    "$ns" "$STATE_DIR/$ns.boot_id" "$@"
+}
+
+while [[ ${1:-} == --name ]]; do NAME=$2; shift 2; done
+[[ $NAME =~ ^[A-Za-z0-9_-]{1,20}$ ]] || die "--name: 1-20 letters, digits, - or _"
+case ${1:-} in
+  up) shift; cmd_up "$@" ;;
+  down) need_tools; cmd_down ;;
+  exec) shift; cmd_exec "$@" ;;
+  addr) host_addr "${2:?addr HOST}" ;;
+  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+esac
