@@ -41,9 +41,11 @@ class EngineCore {
   std::uint64_t bytes_;
   std::uint64_t steps_ = 0;
   std::uint64_t exchanges_ = 0;
+  std::uint64_t allreduces_ = 0;
+  static constexpr std::uint64_t kGroupSums = 2;  // alternating allreduce sums in the group area
   Buffer global_;
   Buffer delta_;       // this group's delta area (roots)
-  Buffer group_area_;  // group_size slots + a broadcast slot
+  Buffer group_area_;  // kGroupSums sums + a broadcast slot
   Buffer sums_[2];     // synchronous mode: alternating sums
   std::vector<float> scratch_;
   std::vector<float> push_;             // what the overlapped push sends (kept until it is done)

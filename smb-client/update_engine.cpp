@@ -4,8 +4,10 @@
 //   NAME/global        the global weights Wg
 //   NAME/delta/G       group G's delta area: dW written one-sided, then
 //                      accumulated into Wg by the servers
-//   NAME/group/G       group G's slots: one per member (allreduce) and one
-//                      the root broadcasts through
+//   NAME/group/G       group G's slots: two alternating sums (allreduce:
+//                      every member accumulates its gradients into one on
+//                      the servers and reads the sum back) and one the root
+//                      broadcasts through
 //   NAME/sum/0, /1     synchronous mode: alternating sums of the roots' W
 //   NAME/nccl-id/G     GPU groups: the NCCL id the root hands its members
 // GPU groups (cuda_device >= 0) replace the group's slots with NCCL
@@ -37,8 +39,7 @@ EngineCore::EngineCore(Client& client, EngineConfig config)
   if (!(c.alpha > 0 && c.alpha <= 1)) bad("alpha must be in (0, 1]");
   if (c.cuda_device < -1) bad("cuda_device must be -1 (host memory) or a CUDA device number");
   if (c.cuda_device >= 0) gpu_ = gpu::GpuGroup::open(config_);
-  // Host groups read every member's slot into scratch; GPU groups only need Wg there.
-  scratch_.resize(static_cast<std::size_t>(c.parameters) * (gpu_ ? 1 : c.group_size));
+  scratch_.resize(static_cast<std::size_t>(c.parameters));  // Wg, in exchanges
 }
 
 EngineCore::~EngineCore() {
@@ -74,7 +75,11 @@ void EngineCore::initialize(std::span<float> params) {
     if (root() && c.group == 0) gpu_->to_staging(params, "initialize");
   }
   if (root()) {
-    if (!gpu_) group_area_ = client_.open_or_create(c.name + "/group/" + group, bytes_ * (c.group_size + 1));
+    if (!gpu_) {
+      group_area_ = client_.open_or_create(c.name + "/group/" + group, bytes_ * (kGroupSums + 1));
+      const std::vector<std::byte> zeros(bytes_ * kGroupSums);
+      group_area_.write(0, zeros);  // the sums start at zero (scale by 0 would keep a NaN)
+    }
     delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_);
     for (int k = 0; k < 2 && c.mode == UpdateMode::synchronous; ++k)
       sums_[k] = client_.open_or_create(c.name + "/sum/" + std::to_string(k), bytes_);
@@ -101,17 +106,27 @@ void EngineCore::allreduce(std::span<float> grads) {
     return;
   }
   if (config_.group_size == 1) return;
+  // The servers add: each member sends its gradients once (accumulate) and
+  // reads the sum once, 2x the data whatever the group size (reading every
+  // member's slot would be group_size x). The sums alternate, so that the
+  // one just read can be zeroed while the next step uses the other: each
+  // member zeroes its share after the last read, and the next step's
+  // barriers order that before anyone adds into it again.
   const std::uint64_t n = config_.parameters;
-  group_area_.write(config_.group_rank * bytes_, bytes_of(std::span<const float>(grads)));
+  const std::uint64_t sum = (allreduces_++ % kGroupSums) * bytes_;
+  group_area_.apply(VectorOp::accumulate, DType::f32, sum, n, 1.0, bytes_of(std::span<const float>(grads)));
   group_barrier("allreduce-written");
-  group_area_.read(0, bytes_of(std::span<float>(scratch_).first(n * config_.group_size)));
+  group_area_.read(sum, bytes_of(grads));
   const float scale = 1.0f / static_cast<float>(config_.group_size);
-  for (std::uint64_t i = 0; i < n; ++i) {
-    float sum = 0;
-    for (std::uint32_t r = 0; r < config_.group_size; ++r) sum += scratch_[r * n + i];
-    grads[i] = sum * scale;
+  for (auto& g : grads) g *= scale;
+  group_barrier("allreduce-read");
+  const std::uint64_t share = (n + config_.group_size - 1) / config_.group_size;
+  const std::uint64_t first = std::min<std::uint64_t>(n, config_.group_rank * share);
+  const std::uint64_t count = std::min<std::uint64_t>(n - first, share);
+  if (count > 0) {
+    const std::vector<std::byte> zeros(count * sizeof(float));
+    group_area_.write(sum + first * sizeof(float), zeros);
   }
-  group_barrier("allreduce-read");  // nobody overwrites a slot before all have read it
 }
 
 void EngineCore::after_step(std::span<float> params) {
@@ -178,7 +193,7 @@ void EngineCore::exchange(std::span<float> params) {
 
 void EngineCore::broadcast_in_group(std::span<float> params) {
   if (config_.group_size == 1) return;
-  const std::uint64_t slot = config_.group_size * bytes_;
+  const std::uint64_t slot = kGroupSums * bytes_;
   if (root()) group_area_.write(slot, bytes_of(std::span<const float>(params)));
   group_barrier("broadcast-written");
   if (!root()) group_area_.read(slot, bytes_of(params));

@@ -26,6 +26,7 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
       limits_(limits),
       handler_(registry, identity, clients_),
       coordination_(io, registry, quotas.locks),
+      versions_(io, registry),
       workers_(std::max(1u, std::thread::hardware_concurrency())),
       accept_retry_(io) {
   acceptor_.open(listen.protocol());
@@ -90,6 +91,7 @@ void ControlServer::accept_failed(const boost::system::error_code& ec) {
 void ControlServer::session_ended(const std::shared_ptr<ControlSession>& session) {
   registry_.session_closed(session->id());
   coordination_.session_closed(session->id());
+  versions_.session_closed(session->id());
   clients_ -= 1;
   sessions_.erase(session);
 }

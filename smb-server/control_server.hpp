@@ -53,11 +53,12 @@ class ControlServer {
   ConnectionLimits limits_;
   std::atomic<std::uint32_t> clients_{0};
   RequestHandler handler_;
-  Coordination coordination_;  // deferred replies: version waits, locks, barriers
+  Coordination coordination_;  // deferred replies: locks, barriers
+  VersionWaits versions_;      // deferred replies: version waits
   // Vector ops run here, off the io thread, so that one large op does not
   // stall every other client's control requests.
   boost::asio::thread_pool workers_;
-  Services services_{io_, workers_, handler_, coordination_};
+  Services services_{io_, workers_, handler_, coordination_, versions_};
   std::set<std::shared_ptr<ControlSession>> sessions_;  // touched only on the io thread
   SessionId next_session_ = 1;
   // Accept errors (EMFILE...) are retried after a growing pause and logged

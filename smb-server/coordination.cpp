@@ -1,6 +1,7 @@
 #include "coordination.hpp"
 
 #include "util/parse.hpp"
+#include "wait_timeout.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -12,15 +13,6 @@ namespace smb::server {
 using protocol::Body;
 
 namespace {
-
-constexpr std::uint64_t kMaxWaitMs = 24ull * 3600 * 1000;
-
-std::chrono::milliseconds duration_field(const Body& request, const char* field, const char* what) {
-  const auto ms = protocol::get_u64(request, field, what);
-  if (ms == 0 || ms > kMaxWaitMs)
-    throw Error(Errc::invalid_argument, std::string(what) + ": " + field + " must be 1 ms to 24 h");
-  return std::chrono::milliseconds(ms);
-}
 
 bool overlaps(std::uint64_t a_offset, std::uint64_t a_length, std::uint64_t b_offset, std::uint64_t b_length) {
   return a_offset < b_offset + b_length && b_offset < a_offset + a_length;
@@ -75,69 +67,6 @@ void Coordination::clear_waiting(SessionId session, std::uint64_t id) {
   if (it != waiting_.end() && it->second.id == id) waiting_.erase(it);
 }
 
-// ---------------------------------------------------------------- versions
-
-void Coordination::wait_version(SessionId session, const Body& request, const ReplyFn& reply) {
-  const char* what = "wait_version";
-  const auto name = protocol::get_name(request, "name", what);
-  const auto version = protocol::get_u64(request, "version", what);
-  const auto timeout = duration_field(request, "timeout_ms", what);
-  ++version_waits_;  // before reading the version: see version_waits_pending()
-  std::uint64_t now = 0;
-  try {
-    now = registry_.version(name);  // throws not_found
-  } catch (...) {
-    --version_waits_;
-    throw;
-  }
-  if (now >= version) {
-    --version_waits_;
-    return reply(protocol::ok_reply({{"version", now}}));
-  }
-  const std::uint64_t id = next_token_++;
-  auto timer = start_timer(timeout, [this, name, id, version, session] {
-    auto found = version_waiters_.find(name);
-    if (found == version_waiters_.end()) return;
-    auto it = find_id(found->second, id);
-    if (it == found->second.end()) return;
-    clear_waiting(session, id);
-    auto waiter_reply = std::move(it->reply);
-    found->second.erase(it);
-    --version_waits_;
-    if (found->second.empty()) version_waiters_.erase(found);
-    waiter_reply(protocol::error_reply(Errc::timeout, "buffer " + util::quoted(name) + " did not reach version " +
-                                                          std::to_string(version) + " in time"));
-  });
-  version_waiters_[name].push_back(VersionWaiter{id, version, reply, std::move(timer)});
-  set_waiting(session, WaitKind::version, name, id);
-}
-
-void Coordination::version_advanced(const std::string& name) {
-  auto found = version_waiters_.find(name);
-  if (found == version_waiters_.end()) return;
-  std::uint64_t now = 0;
-  try {
-    now = registry_.version(name);
-  } catch (const Error&) {
-    return;  // destroyed meanwhile: the waiters time out
-  }
-  std::vector<ReplyFn> woken;
-  auto& waiters = found->second;
-  for (auto it = waiters.begin(); it != waiters.end();) {
-    if (it->version <= now) {
-      it->timer->cancel();
-      woken.push_back(std::move(it->reply));
-      it = waiters.erase(it);
-      --version_waits_;
-    } else {
-      ++it;
-    }
-  }
-  if (waiters.empty()) version_waiters_.erase(found);
-  // Sessions are un-indexed lazily: a stale entry names an id that is gone.
-  for (auto& r : woken) r(protocol::ok_reply({{"version", now}}));
-}
-
 // ---------------------------------------------------------------- locks
 
 bool Coordination::conflicts_with_holder(const Lock& lock, std::uint64_t offset, std::uint64_t length) {
@@ -168,8 +97,8 @@ void Coordination::lock(SessionId session, const Body& request, const ReplyFn& r
   const auto length = protocol::get_u64(request, "length", what);
   if (length == 0 || offset > UINT64_MAX - length)
     throw Error(Errc::invalid_argument, "lock " + util::quoted(name) + ": empty or overflowing range");
-  const auto lease = duration_field(request, "lease_ms", what);
-  const auto timeout = duration_field(request, "timeout_ms", what);
+  const auto lease = wait_timeout(request, "lease_ms", what);
+  const auto timeout = wait_timeout(request, "timeout_ms", what);
   if (auto held = held_by_.find(session); held != held_by_.end() && held->second.size() >= max_locks_per_session_)
     throw Error(Errc::no_space, "lock " + util::quoted(name) + ": this client already holds " +
                                     std::to_string(held->second.size()) +
@@ -257,7 +186,7 @@ void Coordination::barrier(SessionId session, const Body& request, const ReplyFn
   const char* what = "barrier";
   const auto name = protocol::get_name(request, "name", what);
   const auto parties = protocol::get_u64(request, "parties", what);
-  const auto timeout = duration_field(request, "timeout_ms", what);
+  const auto timeout = wait_timeout(request, "timeout_ms", what);
   if (parties == 0 || parties > 1'000'000)
     throw Error(Errc::invalid_argument, "barrier " + util::quoted(name) + ": parties must be 1 to 1000000");
   auto& b = barriers_[name];
@@ -296,17 +225,6 @@ void Coordination::barrier(SessionId session, const Body& request, const ReplyFn
 
 void Coordination::remove_waiting(SessionId session, const Waiting& w) {
   switch (w.kind) {
-    case WaitKind::version: {
-      auto found = version_waiters_.find(w.name);
-      if (found == version_waiters_.end()) return;
-      auto it = find_id(found->second, w.id);
-      if (it == found->second.end()) return;
-      it->timer->cancel();
-      found->second.erase(it);
-      --version_waits_;
-      if (found->second.empty()) version_waiters_.erase(found);
-      return;
-    }
     case WaitKind::lock: {
       auto found = locks_.find(w.name);
       if (found == locks_.end()) return;

@@ -1,6 +1,6 @@
 #pragma once
-// Coordination that needs a reply later rather than at once: waiting for a
-// buffer version, leased range locks, and barriers. It lives on the control
+// Coordination that needs a reply later rather than at once: leased range
+// locks and barriers (version waits: version_waits.hpp). It lives on the control
 // server's io thread (every entry point runs there), so it needs no locks of
 // its own; its timers are that thread's too.
 //
@@ -39,31 +39,15 @@ class Coordination {
   // The deferred requests (message_routes.cpp): each answers through
   // `reply` once its condition holds, its timeout passes or its party goes.
   // They throw smb::Error for a request that is wrong from the start.
-  void wait_version(SessionId session, const protocol::Body& request, const ReplyFn& reply);
   void lock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
   void unlock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
   void barrier(SessionId session, const protocol::Body& request, const ReplyFn& reply);
 
-  // A vector op advanced `name`'s version (posted here from the worker pool).
-  void version_advanced(const std::string& name);
-  // Whether any version wait is pending, from any thread: a vector op that
-  // advanced a version after this said false need not post version_advanced
-  // (the io thread's wake-up is most of a small call's cost). A waiter counts
-  // itself before it reads the version, and the op advances the version
-  // before it asks (both sequentially consistent), so one of the two always
-  // sees the other.
-  bool version_waits_pending() const { return version_waits_.load() != 0; }
   void session_closed(SessionId session);
 
  private:
   using TimerPtr = std::shared_ptr<boost::asio::steady_timer>;
 
-  struct VersionWaiter {
-    std::uint64_t id;
-    std::uint64_t version;
-    ReplyFn reply;
-    TimerPtr timer;
-  };
   struct LockHolder {
     SessionId session;
     std::uint64_t token;
@@ -93,7 +77,7 @@ class Coordination {
     std::list<Arrival> arrived;
   };
   // What a session waits for (it has at most one request outstanding).
-  enum class WaitKind { version, lock, barrier };
+  enum class WaitKind { lock, barrier };
   struct Waiting {
     WaitKind kind;
     std::string name;
@@ -117,8 +101,6 @@ class Coordination {
   boost::asio::io_context& io_;
   Registry& registry_;
   const std::uint64_t max_locks_per_session_;
-  std::map<std::string, std::list<VersionWaiter>> version_waiters_;
-  std::atomic<std::size_t> version_waits_{0};  // waiters in version_waiters_, and any being added
   std::map<std::string, Lock> locks_;
   std::map<std::string, Barrier> barriers_;
   std::unordered_map<std::uint64_t, HeldLock> held_;             // token -> where it is held

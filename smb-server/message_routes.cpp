@@ -16,7 +16,11 @@ void at_once(Services& s, Request& r, const ReplyFn& reply) {
   reply((s.requests.*serve)(r.session, r.body));
 }
 
-// A request whose reply comes later (a wait, a lock, a barrier).
+// A version wait: answered at once, or later by the op that gets the buffer
+// there, wherever that runs.
+void version_wait(Services& s, Request& r, const ReplyFn& reply) { s.versions.wait(r.session, r.body, reply); }
+
+// A request whose reply comes later (a lock, a barrier).
 template <void (Coordination::*serve)(SessionId, const Body&, const ReplyFn&)>
 void deferred(Services& s, Request& r, const ReplyFn& reply) {
   (s.coordination.*serve)(r.session, r.body, reply);
@@ -39,30 +43,16 @@ std::uint64_t vector_work_bytes(const Body& body) {
   return size == 0 || n > UINT64_MAX / size ? UINT64_MAX : n * size;
 }
 
-// Wakes the buffer's version waiters (coordination lives on the io thread)
-// and replies: a call's reply at once, from this thread; a session's on the io
-// thread.
+// Wakes the buffer's version waiters, here (VersionWaits is thread-safe,
+// and costs nothing when nobody waits), and replies: a call's reply at once,
+// from this thread; a session's on the io thread.
 void finish_vector_op(Services& s, const Request& r, Body answer, const ReplyFn& reply, bool on_io_thread) {
   auto name = r.body.find("name");
-  // Nobody waiting on a version: no one to wake, so no hand-off to the io thread.
-  std::string advanced = protocol::is_ok(answer) && name != r.body.end() && name->is_string() &&
-                                 (on_io_thread || s.coordination.version_waits_pending())
-                             ? name->get<std::string>()
-                             : std::string();
-  if (on_io_thread) {
-    if (!advanced.empty()) s.coordination.version_advanced(advanced);
-    return reply(std::move(answer));
-  }
-  if (r.path == kCall) {
-    if (!advanced.empty())
-      boost::asio::post(s.io, [&s, advanced = std::move(advanced)] { s.coordination.version_advanced(advanced); });
-    return reply(std::move(answer));
-  }
-  boost::asio::post(s.io, [&s, answer = std::move(answer), advanced = std::move(advanced), reply, type = r.type] {
-    guarded(type, reply, [&] {
-      if (!advanced.empty()) s.coordination.version_advanced(advanced);
-      reply(answer);
-    });
+  if (protocol::is_ok(answer) && s.versions.pending() && name != r.body.end() && name->is_string())
+    s.versions.advanced(name->get<std::string>());
+  if (on_io_thread || r.path == kCall) return reply(std::move(answer));
+  boost::asio::post(s.io, [answer = std::move(answer), reply, type = r.type] {
+    guarded(type, reply, [&] { reply(answer); });
   });
 }
 
@@ -103,7 +93,7 @@ constexpr std::array kRoutes{
     Route{MessageType::abandon_name, kControl, io_thread, at_once<&RequestHandler::abandon_name>},
     Route{MessageType::vector_op, kBoth, arrival, vector_op},
     Route{MessageType::get_version, kBoth, arrival, at_once<&RequestHandler::get_version>},
-    Route{MessageType::wait_version, kBoth, io_thread, deferred<&Coordination::wait_version>},
+    Route{MessageType::wait_version, kBoth, arrival, version_wait},
     Route{MessageType::lock, kControl, io_thread, deferred<&Coordination::lock>},
     Route{MessageType::unlock, kControl, io_thread, deferred<&Coordination::unlock>},
     Route{MessageType::barrier, kControl, io_thread, deferred<&Coordination::barrier>},

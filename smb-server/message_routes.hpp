@@ -8,6 +8,7 @@
 // with another message's reply).
 #include "coordination.hpp"
 #include "request_handler.hpp"
+#include "version_waits.hpp"
 
 #include <boost/asio.hpp>
 
@@ -34,6 +35,7 @@ struct Services {
   boost::asio::thread_pool& workers;
   RequestHandler& requests;
   Coordination& coordination;
+  VersionWaits& versions;
 };
 
 struct Request {

@@ -92,6 +92,30 @@ TEST_P(CoordinationTest, VersionWaitIsWokenByAnotherClientsOp) {
   expect_errc(smb::Errc::timeout, [&] { buffer.wait_version(start + 5, 200ms); }, "a version nobody reaches");
 }
 
+// Version waits time out in deadline order whatever order they came in (a
+// short wait behind a long one is not held to the long one's timer), and one
+// op wakes every waiter it satisfies, from several clients.
+TEST_P(CoordinationTest, VersionWaitsTimeOutInDeadlineOrderAndOneOpWakesThemAll) {
+  auto owner = make_client();
+  auto buffer = owner.create("waited", 4096);
+  const auto start = buffer.version();
+  std::vector<smb::Client> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(make_client());
+  std::vector<std::future<std::uint64_t>> long_waits;
+  for (auto& c : clients)
+    long_waits.push_back(std::async(std::launch::async, [&c, start] { return c.open("waited").wait_version(start + 1, 20s); }));
+  std::this_thread::sleep_for(100ms);
+  const auto began = Clock::now();
+  expect_errc(smb::Errc::timeout, [&] { buffer.wait_version(start + 1, 300ms); }, "a short wait behind long ones");
+  EXPECT_LT(Clock::now() - began, 5s) << "the short wait was held to a longer wait's deadline";
+  for (auto& w : long_waits) ASSERT_EQ(w.wait_for(0s), std::future_status::timeout) << "a long wait ended early";
+  buffer.apply(smb::VectorOp::scale, smb::DType::f32, 0, 1024, 1.0);
+  for (auto& w : long_waits) {
+    ASSERT_EQ(w.wait_for(10s), std::future_status::ready) << "a waiter was not woken by the op";
+    EXPECT_GE(w.get(), start + 1);
+  }
+}
+
 TEST_P(CoordinationTest, LocksExcludeOverlappingRangesAndHandOverOnUnlock) {
   auto a = make_client();
   auto b = make_client();

@@ -401,7 +401,8 @@ case_latency_native() {
       rc=1
       continue
     fi
-    read -r p50 p99 < <(sed -n 's/.*latency *p50 \([0-9.]*\) us, p99 \([0-9.]*\) us.*/\1 \2/p' "$log")
+    # (no process substitution: the VM's initramfs has no /dev/fd)
+    read -r p50 p99 <<<"$(sed -n 's/.*latency *p50 \([0-9.]*\) us, p99 \([0-9.]*\) us.*/\1 \2/p' "$log")"
     printf '  | %-18s | %9s | %9s |\n' "$label" "${p50:-?}" "${p99:-?}"
   done
   stop_pids "$pid"

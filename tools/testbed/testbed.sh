@@ -3,7 +3,9 @@
 # bridge, each behind a veth link shaped by tc tbf, so that the fabric's
 # bytes cross a network the way they would between machines.
 #
-#   testbed.sh [--name NAME] up --hosts N [--link RATE]   e.g. --link 1gbit (default), none: unshaped
+#   testbed.sh [--name NAME] up --hosts N [--link RATE] [--link-for HOST=RATE]...
+#                                                         e.g. --link 1gbit (default), none: unshaped;
+#                                                         --link-for h9=none: one host's own rate
 #   testbed.sh [--name NAME] exec HOST CMD...               HOST: h3 or 3
 #   testbed.sh [--name NAME] addr HOST                      prints the host's address
 #   testbed.sh [--name NAME] down                           removes everything NAME made
@@ -78,10 +80,17 @@ cmd_down() {
 
 cmd_up() {
   local hosts=0 link=1gbit
+  local -A link_for=()
   while (($#)); do
     case $1 in
       --hosts) hosts=$2; shift ;;
       --link) link=$2; shift ;;
+      --link-for)
+        [[ $2 =~ ^h?([0-9]+)=(.+)$ ]] || die "up: --link-for HOST=RATE (h3=10gbit, h3=none)"
+        link_for[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+        [[ ${BASH_REMATCH[2]} == none ]] || burst_for "${BASH_REMATCH[2]}" >/dev/null
+        shift
+        ;;
       *) die "up: unknown option $1" ;;
     esac
     shift
@@ -92,7 +101,7 @@ cmd_up() {
   cmd_down
   trap 'echo "testbed: up failed; removing what it made" >&2; cmd_down' ERR
   set -e
-  local sw=$NAME-sw i ns
+  local sw=$NAME-sw i ns rate
   ip netns add "$sw" || skip "cannot create network namespaces"
   ip -n "$sw" link add br0 type bridge
   ip -n "$sw" link set br0 up
@@ -104,8 +113,9 @@ cmd_up() {
     ip -n "$ns" link set lo up
     ip -n "$ns" addr add "$(host_addr "$i")/15" dev eth0
     ip -n "$ns" link set eth0 up
-    shape "$ns" eth0 "$link"
-    shape "$sw" "p$i" "$link"
+    rate=${link_for[$i]:-$link}
+    shape "$ns" eth0 "$rate"
+    shape "$sw" "p$i" "$rate"
     mkdir -p "$STATE_DIR"
     cat /proc/sys/kernel/random/uuid >"$STATE_DIR/$ns.boot_id"
   done
@@ -113,7 +123,9 @@ cmd_up() {
   trap - ERR
   mkdir -p "$STATE_DIR"
   echo "hosts=$hosts link=$link" >"$STATE_DIR/$NAME"
-  for ((i = 1; i <= hosts; i++)); do echo "h$i $(host_addr "$i") (namespace $(host_ns "$i"), link $link)"; done
+  for ((i = 1; i <= hosts; i++)); do
+    echo "h$i $(host_addr "$i") (namespace $(host_ns "$i"), link ${link_for[$i]:-$link})"
+  done
 }
 
 cmd_exec() {

@@ -1,0 +1,134 @@
+#include "version_waits.hpp"
+
+#include "util/parse.hpp"
+#include "wait_timeout.hpp"
+
+#include <vector>
+
+namespace smb::server {
+
+using protocol::Body;
+
+VersionWaits::VersionWaits(boost::asio::io_context& io, Registry& registry)
+    : io_(io), registry_(registry), timer_(io) {}
+
+void VersionWaits::wait(SessionId session, const Body& request, const ReplyFn& reply) {
+  const char* what = "wait_version";
+  const auto name = protocol::get_name(request, "name", what);
+  const auto version = protocol::get_u64(request, "version", what);
+  const auto timeout = wait_timeout(request, "timeout_ms", what);
+  ++count_;  // before reading the version: see pending()
+  std::uint64_t now = 0;
+  {
+    std::lock_guard lock(mutex_);
+    try {
+      now = registry_.version(name);  // throws not_found
+    } catch (...) {
+      --count_;
+      throw;
+    }
+    if (now < version) {
+      const auto deadline = Clock::now() + timeout;
+      waiters_[name].push_back(Waiter{session, version, deadline, reply});
+      arm(deadline);
+      return;
+    }
+  }
+  --count_;
+  reply(protocol::ok_reply({{"version", now}}));
+}
+
+void VersionWaits::advanced(const std::string& name) {
+  if (!pending()) return;
+  std::vector<Waiter> woken;
+  std::uint64_t now = 0;
+  {
+    std::lock_guard lock(mutex_);
+    auto found = waiters_.find(name);
+    if (found == waiters_.end()) return;
+    try {
+      now = registry_.version(name);
+    } catch (const Error&) {
+      return;  // destroyed meanwhile: the waiters time out
+    }
+    auto& list = found->second;
+    for (auto it = list.begin(); it != list.end();) {
+      if (it->version <= now) {
+        woken.push_back(std::move(*it));
+        it = list.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (list.empty()) waiters_.erase(found);
+    count_ -= woken.size();
+  }
+  for (auto& w : woken) deliver(w, protocol::ok_reply({{"version", now}}));
+}
+
+// A call's reply goes from any thread (its transport queues it); a session's
+// is written on the io thread.
+void VersionWaits::deliver(Waiter& waiter, Body answer) {
+  if (waiter.session == kCallSession) return waiter.reply(std::move(answer));
+  boost::asio::post(io_, [reply = std::move(waiter.reply), answer = std::move(answer)] { reply(answer); });
+}
+
+void VersionWaits::session_closed(SessionId session) {
+  std::lock_guard lock(mutex_);
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    count_ -= std::erase_if(it->second, [session](const Waiter& w) { return w.session == session; });
+    it = it->second.empty() ? waiters_.erase(it) : std::next(it);
+  }
+}
+
+// The timer is moved only when a deadline comes before the one it is set
+// for: with equal timeouts that is the first wait of a stream, not each.
+void VersionWaits::arm(Clock::time_point deadline) {
+  if (armed_ && *armed_ <= deadline) return;
+  armed_ = deadline;
+  boost::asio::post(io_, [this] { start_timer(); });
+}
+
+void VersionWaits::start_timer() {
+  std::lock_guard lock(mutex_);
+  if (!armed_) return;
+  timer_.expires_at(*armed_);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) expire();  // a timer moved by start_timer is cancelled: nothing to do
+  });
+}
+
+void VersionWaits::expire() {
+  std::vector<std::pair<std::string, Waiter>> late;
+  {
+    std::lock_guard lock(mutex_);
+    const auto now = Clock::now();
+    std::optional<Clock::time_point> next;
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      auto& list = it->second;
+      for (auto w = list.begin(); w != list.end();) {
+        if (w->deadline <= now) {
+          late.emplace_back(it->first, std::move(*w));
+          w = list.erase(w);
+        } else {
+          if (!next || w->deadline < *next) next = w->deadline;
+          ++w;
+        }
+      }
+      it = list.empty() ? waiters_.erase(it) : std::next(it);
+    }
+    count_ -= late.size();
+    armed_ = next;
+    if (next) {
+      timer_.expires_at(*next);
+      timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec) expire();
+      });
+    }
+  }
+  for (auto& [name, w] : late)
+    w.reply(protocol::error_reply(Errc::timeout, "buffer " + util::quoted(name) + " did not reach version " +
+                                                     std::to_string(w.version) + " in time"));
+}
+
+}  // namespace smb::server

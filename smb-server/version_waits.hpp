@@ -1,0 +1,71 @@
+#pragma once
+// Version waits: a client waits until a buffer's version reaches v, the
+// "notify" half of a training step's chain (write, accumulate, notify, wait,
+// read). Kept apart from Coordination, whose state lives on the io thread: a
+// wait that comes as a call is registered where it arrives (the transport's
+// thread), and the vector op that advances the version wakes it where that op
+// ran, usually the same thread, so notify-to-wake crosses no thread. Only
+// timeouts need the io thread: one timer, armed for the earliest deadline,
+// so a stream of waits posts nothing there.
+#include "protocol/messages.hpp"
+#include "registry.hpp"
+#include "replies.hpp"
+
+#include <boost/asio.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace smb::server {
+
+class VersionWaits {
+ public:
+  VersionWaits(boost::asio::io_context& io, Registry& registry);
+
+  // wait_version {name, version, timeout_ms}: replies {version} at once when
+  // the buffer is there already, else when an op gets it there (from that
+  // op's thread for calls; on the io thread for sessions) or an error at the
+  // timeout. Any thread; throws smb::Error for a wrong request.
+  void wait(SessionId session, const protocol::Body& request, const ReplyFn& reply);
+
+  // An op advanced `name`'s version. Any thread; cheap when nobody waits.
+  void advanced(const std::string& name);
+
+  // Whether any wait is pending. A waiter counts itself before it reads the
+  // version and an op advances the version before it asks (both sequentially
+  // consistent), so an op that sees false has no waiter to wake.
+  bool pending() const { return count_.load() != 0; }
+
+  // The session's waits end without a reply (io thread).
+  void session_closed(SessionId session);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Waiter {
+    SessionId session;
+    std::uint64_t version;
+    Clock::time_point deadline;
+    ReplyFn reply;
+  };
+
+  void deliver(Waiter& waiter, protocol::Body answer);
+  void arm(Clock::time_point deadline);  // under mutex_
+  void start_timer();                    // io thread
+  void expire();                         // io thread: the timer fired
+
+  boost::asio::io_context& io_;
+  Registry& registry_;
+  std::mutex mutex_;
+  std::map<std::string, std::list<Waiter>> waiters_;  // by buffer name
+  std::atomic<std::size_t> count_{0};                 // waiters, and any being added
+  std::optional<Clock::time_point> armed_;            // the timer's deadline
+  boost::asio::steady_timer timer_;                   // touched on the io thread only
+};
+
+}  // namespace smb::server
