@@ -17,7 +17,6 @@
 #include "registry.hpp"
 #include "replies.hpp"
 
-#include <atomic>
 #include <boost/asio.hpp>
 
 #include <chrono>
