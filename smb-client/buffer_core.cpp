@@ -63,11 +63,17 @@ std::vector<protocol::StripePiece> BufferCore::pieces(std::uint64_t offset, std:
   return protocol::split_range(geometry(), offset, length);
 }
 
-std::shared_ptr<Request::State> BufferCore::start(const char* op, std::uint64_t offset, std::uint64_t length,
-                                                  std::span<const protocol::StripePiece> pieces) {
+std::shared_ptr<Request::State> BufferCore::new_state(const char* op, std::uint64_t offset,
+                                                      std::uint64_t length) const {
   auto state = std::make_shared<Request::State>();
   state->client = client_;
   state->buffer_op = Request::State::BufferOp{name_, op, offset, length};
+  return state;
+}
+
+std::shared_ptr<Request::State> BufferCore::start(const char* op, std::uint64_t offset, std::uint64_t length,
+                                                  std::span<const protocol::StripePiece> pieces) {
+  auto state = new_state(op, offset, length);
   for (const auto& p : pieces) {
     auto* link = links_[p.server];
     if (std::find(state->links.begin(), state->links.end(), link) != state->links.end()) continue;
@@ -90,10 +96,8 @@ Request BufferCore::one_piece(const char* op, std::uint64_t offset, std::uint64_
   completion->expect();
   issue(*link->channel, *segments_[piece.server], completion);
   if (completion->done() && !completion->failed()) return Request(finished_state());
-  auto state = std::make_shared<Request::State>();
-  state->client = client_;
+  auto state = new_state(op, offset, length);
   state->completion = std::move(completion);
-  state->buffer_op = Request::State::BufferOp{name_, op, offset, length};
   state->links.push_back(link);
   return Request(state);
 }
@@ -103,40 +107,35 @@ const std::shared_ptr<Request::State>& BufferCore::finished_state() {
   return finished;
 }
 
-Request BufferCore::write(std::uint64_t offset, std::span<const std::byte> data) {
-  check_range("write", offset, data.size());
-  const auto split = pieces(offset, data.size());
-  if (split.size() == 1) {
-    const auto& p = split.front();
-    return one_piece("write", offset, data.size(), p, std::make_shared<transport::Completion>(),
+// Writes and reads: one transport op per piece, every server at once.
+template <class IssuePiece>
+Request BufferCore::transfer(const char* op, std::uint64_t offset, std::uint64_t length, IssuePiece issue) {
+  check_range(op, offset, length);
+  const auto split = pieces(offset, length);
+  if (split.size() == 1)
+    return one_piece(op, offset, length, split.front(), std::make_shared<transport::Completion>(),
                      [&](transport::Channel& channel, transport::RemoteSegment& segment, const auto& completion) {
-                       channel.put(segment, p.local_offset, data.data(), p.length, completion);
+                       issue(channel, segment, split.front(), completion);
                      });
-  }
-  auto state = start("write", offset, data.size(), split);
-  const auto& completion = state->completion;
-  for (const auto& p : split)
-    links_[p.server]->channel->put(*segments_[p.server], p.local_offset, data.data() + p.request_offset,
-                                   p.length, completion);
+  auto state = start(op, offset, length, split);
+  for (const auto& p : split) issue(*links_[p.server]->channel, *segments_[p.server], p, state->completion);
   return Request(state);
 }
 
+Request BufferCore::write(std::uint64_t offset, std::span<const std::byte> data) {
+  return transfer("write", offset, data.size(),
+                  [&](transport::Channel& channel, transport::RemoteSegment& segment, const protocol::StripePiece& p,
+                      const transport::CompletionPtr& completion) {
+                    channel.put(segment, p.local_offset, data.data() + p.request_offset, p.length, completion);
+                  });
+}
+
 Request BufferCore::read(std::uint64_t offset, std::span<std::byte> out) {
-  check_range("read", offset, out.size());
-  const auto split = pieces(offset, out.size());
-  if (split.size() == 1) {
-    const auto& p = split.front();
-    return one_piece("read", offset, out.size(), p, std::make_shared<transport::Completion>(),
-                     [&](transport::Channel& channel, transport::RemoteSegment& segment, const auto& completion) {
-                       channel.get(segment, p.local_offset, out.data(), p.length, completion);
-                     });
-  }
-  auto state = start("read", offset, out.size(), split);
-  const auto& completion = state->completion;
-  for (const auto& p : split)
-    links_[p.server]->channel->get(*segments_[p.server], p.local_offset, out.data() + p.request_offset,
-                                   p.length, completion);
-  return Request(state);
+  return transfer("read", offset, out.size(),
+                  [&](transport::Channel& channel, transport::RemoteSegment& segment, const protocol::StripePiece& p,
+                      const transport::CompletionPtr& completion) {
+                    channel.get(segment, p.local_offset, out.data() + p.request_offset, p.length, completion);
+                  });
 }
 
 std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::uint64_t a, std::uint64_t b) {

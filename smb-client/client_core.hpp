@@ -95,6 +95,9 @@ class BufferCore {
   void check_range(const char* op, std::uint64_t offset, std::uint64_t length) const;
   protocol::StripeGeometry geometry() const;
   std::vector<protocol::StripePiece> pieces(std::uint64_t offset, std::uint64_t length) const;
+  template <class IssuePiece>
+  Request transfer(const char* op, std::uint64_t offset, std::uint64_t length, IssuePiece issue);
+  std::shared_ptr<Request::State> new_state(const char* op, std::uint64_t offset, std::uint64_t length) const;
   template <class Issue>
   Request one_piece(const char* op, std::uint64_t offset, std::uint64_t length, const protocol::StripePiece& piece,
                     transport::CompletionPtr completion, Issue issue);
