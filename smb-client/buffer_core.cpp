@@ -34,7 +34,9 @@ std::string describe_op(const std::string& buffer, const char* op, std::uint64_t
 }  // namespace
 
 std::string Request::State::describe() const {
-  return buffer_op ? describe_op(*buffer_op->buffer, buffer_op->op, buffer_op->offset, buffer_op->length) : what;
+  return buffer_op ? describe_op(*buffer_op->buffer, buffer_op->op, buffer_op->offset, buffer_op->length)
+         : what  ? what()
+                 : std::string("request");
 }
 
 std::string BufferCore::describe(const char* op, std::uint64_t offset, std::uint64_t length) const {

@@ -137,7 +137,7 @@ struct Request::State {
   transport::CompletionPtr completion = std::make_shared<transport::Completion>();
   // None until a wait first has to wait: then now + the client's timeout.
   std::optional<std::chrono::steady_clock::time_point> deadline;
-  std::string what;  // for server calls: what they are
+  std::function<std::string()> what;  // for server calls: what they are (built only for an error)
   struct BufferOp {  // for buffer ops: "buffer 'x': write of N bytes at offset O"
     std::shared_ptr<const std::string> buffer;
     const char* op = nullptr;

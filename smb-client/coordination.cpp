@@ -15,6 +15,11 @@ namespace smb {
 using protocol::MessageType;
 
 namespace {
+// A buffer's version is the least of its servers' (each counts its own ops).
+std::uint64_t least_of(const std::vector<std::uint64_t>& versions) {
+  return versions.empty() ? 0 : *std::min_element(versions.begin(), versions.end());
+}
+
 std::uint64_t millis(std::chrono::milliseconds d) { return static_cast<std::uint64_t>(std::max<std::int64_t>(d.count(), 1)); }
 }  // namespace
 
@@ -45,26 +50,21 @@ void ClientCore::barrier(std::string_view name_view, std::uint32_t parties, std:
 }
 
 std::uint64_t BufferCore::version() {
-  client::ServerCalls calls(client_, "buffer '" + layout_.name + "': version");
+  client::ServerCalls calls(client_, [name = name_] { return "buffer '" + *name + "': version"; });
   for (std::size_t i = 0; i < layout_.servers.size(); ++i)
-    if (layout_.shares[i] != 0) calls.add(*links_[i], MessageType::get_version, {{"name", layout_.name}});
-  std::uint64_t least = UINT64_MAX;
-  for (const auto& reply : calls.finish()) least = std::min(least, protocol::get_u64(reply, "version", "get_version"));
-  return least;
+    if (layout_.shares[i] != 0) calls.add_version_call(*links_[i], protocol::VersionCallKind::get, layout_.name);
+  return least_of(calls.finish_versions());
 }
 
 // Every server waits on its own part at once; the least version reached is the buffer's.
 std::uint64_t BufferCore::wait_version(std::uint64_t version, std::chrono::milliseconds timeout) {
-  client::ServerCalls calls(client_, "buffer '" + layout_.name + "': wait for version " + std::to_string(version),
-                            timeout);
+  client::ServerCalls calls(
+      client_, [name = name_, version] { return "buffer '" + *name + "': wait for version " + std::to_string(version); },
+      timeout);
   for (std::size_t i = 0; i < layout_.servers.size(); ++i)
     if (layout_.shares[i] != 0)
-      calls.add(*links_[i], MessageType::wait_version,
-                {{"name", layout_.name}, {"version", version}, {"timeout_ms", millis(timeout)}});
-  std::uint64_t least = UINT64_MAX;
-  for (const auto& reply : calls.finish())
-    least = std::min(least, protocol::get_u64(reply, "version", "wait_version"));
-  return least;
+      calls.add_version_call(*links_[i], protocol::VersionCallKind::wait, layout_.name, version, timeout);
+  return least_of(calls.finish_versions());
 }
 
 // ---------------------------------------------------------------- Lock

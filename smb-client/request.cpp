@@ -1,5 +1,7 @@
 #include "client_core.hpp"
 
+#include "transport/client_idle.hpp"
+
 namespace smb {
 
 bool Request::test() {
@@ -16,6 +18,8 @@ bool Request::test() {
 
 void Request::wait() {
   if (!state_) throw Error(Errc::invalid_argument, "wait() on an empty smb::Request");
+  if (test()) return;  // most small ops: done when issued
+  const transport::PollingThread polling;  // how long progress() polls before yielding
   while (!test()) {
     for (auto* link : state_->links) {
       link->check_alive();

@@ -5,6 +5,7 @@
 #include "client_core.hpp"
 
 #include "protocol/messages.hpp"
+#include "protocol/fixed_calls.hpp"
 
 #include <deque>
 
@@ -16,6 +17,9 @@ class ServerCalls {
   // requests the server answers late (a version wait).
   ServerCalls(std::shared_ptr<ClientCore> client, std::string what,
               std::chrono::milliseconds extra_wait = std::chrono::milliseconds(0));
+  // `what` is built only when an error needs it (calls on the hot path).
+  ServerCalls(std::shared_ptr<ClientCore> client, std::function<std::string()> what,
+              std::chrono::milliseconds extra_wait = std::chrono::milliseconds(0));
   // Forgets calls still in flight (after an error), so no reply lands here late.
   ~ServerCalls();
   ServerCalls(const ServerCalls&) = delete;
@@ -25,8 +29,17 @@ class ServerCalls {
   // Starts one call. `payload` (a vector op's x) stays valid until finish().
   void add(ServerLink& link, protocol::MessageType type, protocol::Body body,
            std::span<const std::byte> payload = {});
+  // Calls with fixed bodies (protocol/fixed_calls.hpp), answered with a
+  // version: a vector op, a version read or wait.
+  void add_vector_call(ServerLink& link, VectorOp op, DType type, std::uint64_t offset, std::uint64_t count,
+                       double alpha, const std::string& name, std::optional<std::string_view> source,
+                       std::uint64_t source_offset, std::span<const std::byte> payload);
+  void add_version_call(ServerLink& link, protocol::VersionCallKind kind, const std::string& name,
+                        std::uint64_t version = 0, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // Waits for every reply, in the order added; throws the first error.
   std::vector<protocol::Body> finish();
+  // The same when all calls had fixed bodies: each one's version.
+  std::vector<std::uint64_t> finish_versions();
 
  private:
   struct Pending {
@@ -35,7 +48,13 @@ class ServerCalls {
     transport::Bytes frame;
     transport::Bytes reply;
   };
+  void send(ServerLink& link, protocol::MessageType type, transport::Bytes frame, std::span<const std::byte> payload);
+  std::uint32_t next_request_id() const { return static_cast<std::uint32_t>(calls_.size() + 1); }
+  std::string context(const Pending& call) const;
   protocol::Body decode(const Pending& call) const;
+  // Waits, then decodes each reply with `decode`; errors name `what`.
+  template <class Decode>
+  auto finish_with(Decode&& decode);
 
   std::shared_ptr<Request::State> state_;
   std::deque<Pending> calls_;  // a deque: replies land in place while more are added

@@ -46,6 +46,9 @@ class ControlServer {
   // Runs the request's handler where its route says (message_routes.hpp).
   // `on_io_thread`: the caller runs on the io thread (sessions) or not (calls).
   void dispatch(const Route& route, Request request, ReplyFn reply, bool on_io_thread);
+  // A vector_call or version_call (fixed binary bodies, data_path_calls.cpp).
+  void serve_fixed_call(const protocol::Header& header, std::span<const std::uint8_t> body, transport::Bytes payload,
+                         transport::Respond respond);
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;

@@ -2,14 +2,22 @@
 // control connection (transport.hpp). They are the requests that carry bulk
 // data or wait for the data to change -- vector ops, version reads and
 // version waits -- and they run on the same machinery as control requests:
-// vector ops on the worker pool, waits in the coordination service.
+// vector ops where they arrive or on the worker pool, waits in the
+// coordination service. They come as vector_call and version_call, whose
+// fixed binary bodies and replies skip MessagePack (protocol/fixed_calls.hpp).
 //
 // Calls have no session: nothing they start outlives them except a version
 // wait, which ends at its timeout if its client goes. Which messages may come
 // as calls is the routing table's business (message_routes.cpp).
 #include "control_server.hpp"
 
+#include "protocol/fixed_calls.hpp"
+#include "vector_runs.hpp"
+#include "wait_timeout.hpp"
+
 namespace smb::server {
+
+using protocol::MessageType;
 
 namespace {
 protocol::Header call_header(const transport::Bytes& frame) {
@@ -31,6 +39,10 @@ void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload,
     respond(protocol::encode_reply(header.type, header.request_id, current_error_reply(header.type)));
     return;
   }
+  if (header.type == static_cast<std::uint16_t>(MessageType::vector_call) ||
+      header.type == static_cast<std::uint16_t>(MessageType::version_call))
+    return serve_fixed_call(header, std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize),
+                            std::move(payload), std::move(respond));
   ReplyFn reply = reply_once([respond, header](protocol::Body r) {
     respond(protocol::encode_reply(header.type, header.request_id, r));
   });
@@ -39,6 +51,34 @@ void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload,
     auto body = protocol::decode_body(std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize));
     dispatch(route, Request{kCallSession, header.type, kCall, std::move(body), std::move(payload)}, reply, false);
   });
+}
+
+// The calls with fixed bodies (protocol/fixed_calls.hpp): decoded without
+// MessagePack, answered with a fixed reply.
+void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<const std::uint8_t> body,
+                                     transport::Bytes payload, transport::Respond respond) {
+  const auto type = static_cast<MessageType>(header.type);
+  VersionReplyFn reply = [respond = std::move(respond), type, id = header.request_id](protocol::FixedReply answer) {
+    respond(protocol::encode_fixed_reply(type, id, answer));
+  };
+  try {
+    if (type == MessageType::vector_call) {
+      auto call = protocol::decode_vector_call(body);
+      VectorRequest request{std::move(call.name), call.op,     call.type, call.offset, call.count, call.alpha, {},
+                            std::move(call.source), call.source_offset};
+      if (!request.source) request.data = std::move(payload);
+      return run_vector_op(services_, header.type, std::move(request),
+                           [reply = std::move(reply)](protocol::FixedReply answer, bool) { reply(std::move(answer)); });
+    }
+    auto call = protocol::decode_version_call(body);
+    if (call.kind == protocol::VersionCallKind::get)
+      return reply(protocol::FixedReply{Errc::ok, handler_.version(call.name), {}});
+    versions_.wait(kCallSession, call.name, call.version, wait_timeout(call.timeout_ms, "timeout_ms", "version_call"),
+                   reply);
+  } catch (...) {
+    auto error = current_error(header.type);
+    reply(protocol::FixedReply{error.code, 0, std::move(error.message)});
+  }
 }
 
 }  // namespace smb::server

@@ -246,22 +246,24 @@ std::shared_ptr<Segment> Registry::find(const std::string& name) const {
 std::uint64_t Registry::version(const std::string& name) const { return find(name)->version.load(); }
 
 std::optional<std::uint64_t> Registry::apply(const VectorRequest& r, bool wait) {
-  const std::string what = std::string(vector_op_name(r.op)) + " on buffer '" + r.name + "'";
+  // Built only for an error: this runs for every small op.
+  const auto what = [&r] { return std::string(vector_op_name(r.op)) + " on buffer '" + r.name + "'"; };
   const std::uint64_t esize = element_size(r.type);
-  if (esize == 0) throw Error(Errc::invalid_argument, what + ": unknown element type");
-  if (r.count == 0) throw Error(Errc::invalid_argument, what + ": count must be greater than zero");
-  check_alpha(r.op, r.type, r.alpha, what);  // before the op mutex: a refused op changes nothing
+  if (esize == 0) throw Error(Errc::invalid_argument, what() + ": unknown element type");
+  if (r.count == 0) throw Error(Errc::invalid_argument, what() + ": count must be greater than zero");
+  // Before the op mutex: a refused op changes nothing.
+  if (!alpha_allowed(r.op, r.type, r.alpha)) check_alpha(r.op, r.type, r.alpha, what());
   // Both offsets: the kernels load and store whole elements (a misaligned
   // double is undefined behaviour; found by fuzz_requests).
   for (const auto& [label, at] : {std::pair{"offset", r.offset}, std::pair{"source offset", r.source_offset}})
     if (at % esize != 0)
-      throw Error(Errc::invalid_argument, what + ": " + label + " " + std::to_string(at) + " is not a multiple of the " +
+      throw Error(Errc::invalid_argument, what() + ": " + label + " " + std::to_string(at) + " is not a multiple of the " +
                                               std::to_string(esize) + "-byte element size");
-  if (r.count > UINT64_MAX / esize) throw Error(Errc::out_of_range, what + ": count is too large");
+  if (r.count > UINT64_MAX / esize) throw Error(Errc::out_of_range, what() + ": count is too large");
   const std::uint64_t bytes = r.count * esize;
   auto target = find(r.name);
   if (r.offset > target->length || bytes > target->length - r.offset)
-    throw Error(Errc::out_of_range, what + ": " + std::to_string(bytes) + " bytes at offset " +
+    throw Error(Errc::out_of_range, what() + ": " + std::to_string(bytes) + " bytes at offset " +
                                         std::to_string(r.offset) + " exceed this server's share of " +
                                         std::to_string(target->length) + " bytes");
   std::shared_ptr<Segment> source;  // keeps the source's memory alive while reading it
@@ -270,15 +272,15 @@ std::optional<std::uint64_t> Registry::apply(const VectorRequest& r, bool wait) 
     if (r.source) {
       source = find(*r.source);
       if (r.source_offset > source->length || bytes > source->length - r.source_offset)
-        throw Error(Errc::out_of_range, what + ": source '" + *r.source + "' has no " + std::to_string(bytes) +
+        throw Error(Errc::out_of_range, what() + ": source '" + *r.source + "' has no " + std::to_string(bytes) +
                                             " bytes at offset " + std::to_string(r.source_offset) + " here");
       x = source->base + r.source_offset;
       const std::byte* y = target->base + r.offset;
       if (x != y && x < y + bytes && y < x + bytes)
-        throw Error(Errc::invalid_argument, what + ": source and target overlap partially");
+        throw Error(Errc::invalid_argument, what() + ": source and target overlap partially");
     } else {
       if (r.data.size() != bytes)
-        throw Error(Errc::invalid_argument, what + ": " + std::to_string(r.data.size()) +
+        throw Error(Errc::invalid_argument, what() + ": " + std::to_string(r.data.size()) +
                                                 " bytes of data sent for " + std::to_string(bytes));
       x = reinterpret_cast<const std::byte*>(r.data.data());
     }

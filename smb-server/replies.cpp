@@ -14,18 +14,28 @@ ReplyFn reply_once(ReplyFn reply) {
   };
 }
 
-protocol::Body current_error_reply(std::uint16_t type) noexcept {
+ErrorText current_error(std::uint16_t type) noexcept {
   try {
     throw;
   } catch (const Error& e) {
-    return protocol::error_reply(e.code(), e.what());
+    return {e.code(), e.what()};
   } catch (const std::exception& e) {
     spdlog::error("request {} failed: {}", protocol::message_name(type), e.what());
-    return protocol::error_reply(Errc::internal, std::string(protocol::message_name(type)) + ": " + e.what());
+    return {Errc::internal, std::string(protocol::message_name(type)) + ": " + e.what()};
   } catch (...) {
     spdlog::error("request {} failed with an unknown exception", protocol::message_name(type));
-    return protocol::error_reply(Errc::internal, std::string(protocol::message_name(type)) + ": unknown failure");
+    return {Errc::internal, std::string(protocol::message_name(type)) + ": unknown failure"};
   }
+}
+
+protocol::Body current_error_reply(std::uint16_t type) noexcept {
+  auto error = current_error(type);
+  return protocol::error_reply(error.code, error.message);
+}
+
+protocol::Body version_body(const protocol::FixedReply& answer) {
+  return answer.code == Errc::ok ? protocol::ok_reply({{"version", answer.version}})
+                                 : protocol::error_reply(answer.code, answer.message);
 }
 
 }  // namespace smb::server

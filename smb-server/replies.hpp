@@ -3,6 +3,7 @@
 // point (control sessions, data-path calls, the worker pool, coordination)
 // runs its request under one of these, so nothing a client sends can let an
 // exception escape into a thread and end the daemon.
+#include "protocol/fixed_calls.hpp"
 #include "protocol/messages.hpp"
 
 #include <functional>
@@ -16,10 +17,22 @@ using ReplyFn = std::function<void(protocol::Body)>;
 // cannot send a second one.
 ReplyFn reply_once(ReplyFn reply);
 
-// The error reply for the exception being handled: call only inside a catch
-// block. Our own errors keep their code; anything else becomes `internal`
-// and is logged, naming the request type.
+// The exception being handled, as a code and a text: call only inside a
+// catch block. Our own errors keep their code; anything else becomes
+// `internal` and is logged, naming the request type.
+struct ErrorText {
+  Errc code = Errc::internal;
+  std::string message;
+};
+ErrorText current_error(std::uint16_t type) noexcept;
+// The same as an error reply body.
 protocol::Body current_error_reply(std::uint16_t type) noexcept;
+
+// Requests whose answer is a buffer's version (vector ops, version reads and
+// waits) answer with a FixedReply, encoded by the path they came by: as a
+// fixed reply for a call (fixed_calls.hpp), as a Body for a session.
+using VersionReplyFn = std::function<void(protocol::FixedReply)>;
+protocol::Body version_body(const protocol::FixedReply& answer);
 
 // f() returns the reply; a failure becomes an error reply.
 template <class F>

@@ -16,8 +16,9 @@ Body segment_body(const transport::SegmentDescriptor& d) {
               {"rkey", protocol::binary(d.remote_key)}};
 }
 
-// x comes in the body ("data"), or as a call's raw payload.
-VectorRequest vector_request(const Body& req, transport::Bytes payload = {}) {
+}  // namespace
+
+VectorRequest RequestHandler::vector_request(const Body& req, transport::Bytes payload) {
   const char* what = "vector_op";
   VectorRequest r;
   r.name = protocol::get_name(req, "name", what);
@@ -43,6 +44,8 @@ VectorRequest vector_request(const Body& req, transport::Bytes payload = {}) {
   return r;
 }
 
+namespace {
+
 // Paging of listings: {after: NAME, limit: N} -> {ITEMS: [...], next: NAME}
 // ("next" only when more follow).
 std::string page_after(const Body& req, const char* what) {
@@ -63,16 +66,6 @@ Body page_reply(Body fields, const char* items, const Page<T>& page, Body list) 
 }
 
 }  // namespace
-
-std::optional<Body> RequestHandler::vector_op(const Body& request, transport::Bytes& payload, bool wait) {
-  auto r = vector_request(request, std::move(payload));
-  const auto version = registry_.apply(r, wait);
-  if (!version) {
-    if (!r.source && !request.contains("data")) payload = std::move(r.data);  // for the retry
-    return std::nullopt;
-  }
-  return protocol::ok_reply({{"version", *version}});
-}
 
 // A layout reserved here must be one this fabric could hold: its share on
 // this server within this server's capacity (layout_from_body has checked

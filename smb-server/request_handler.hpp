@@ -34,10 +34,14 @@ class RequestHandler {
   Body stat(SessionId session, const Body& request);
   Body list_layouts(SessionId session, const Body& request);
   Body get_version(SessionId session, const Body& request);
-  // x in the body ("data"), in another buffer ("source"), or in `payload`
-  // (a call's raw payload, see transport.hpp). With `wait` false: nullopt,
-  // and `payload` untouched, when another op holds the buffer.
-  std::optional<Body> vector_op(const Body& request, transport::Bytes& payload, bool wait);
+  // A vector_op message: x in the body ("data"), in another buffer
+  // ("source"), or in `payload` (a call's raw payload, see transport.hpp).
+  static VectorRequest vector_request(const Body& request, transport::Bytes payload);
+  // Runs a vector op (vector_runs.hpp); with `wait` false: nullopt when
+  // another op holds the buffer. Returns the buffer's version after it.
+  std::optional<std::uint64_t> apply(const VectorRequest& request, bool wait) { return registry_.apply(request, wait); }
+  // The version of this server's segment of `name`.
+  std::uint64_t version(const std::string& name) const { return registry_.version(name); }
 
  private:
   void check_fits(const Layout& layout) const;

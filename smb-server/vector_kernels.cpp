@@ -193,8 +193,12 @@ bool is_integral_alpha(double alpha) noexcept {
   return alpha == std::trunc(alpha) && alpha >= -0x1p63 && alpha < 0x1p63;
 }
 
+bool alpha_allowed(VectorOp op, DType type, double alpha) noexcept {
+  return !is_integer(type) || (op != VectorOp::axpy && op != VectorOp::scale) || is_integral_alpha(alpha);
+}
+
 void check_alpha(VectorOp op, DType type, double alpha, const std::string& what) {
-  if (!is_integer(type) || (op != VectorOp::axpy && op != VectorOp::scale) || is_integral_alpha(alpha)) return;
+  if (alpha_allowed(op, type, alpha)) return;
   char text[32];  // the shortest form that reads back as alpha ("0.5", "1e+19", "nan")
   const auto end = std::to_chars(text, text + sizeof text, alpha).ptr;
   throw Error(Errc::invalid_argument, what + ": alpha " + std::string(text, end) +
@@ -203,7 +207,7 @@ void check_alpha(VectorOp op, DType type, double alpha, const std::string& what)
 }
 
 void apply_vector_op(VectorOp op, DType type, std::byte* y, const std::byte* x, std::size_t count, double alpha) {
-  check_alpha(op, type, alpha, vector_op_name(op));
+  if (!alpha_allowed(op, type, alpha)) check_alpha(op, type, alpha, vector_op_name(op));
   const std::size_t esize = element_size(type);
   // Asked once: hardware_concurrency() reads sysfs each time, which costs
   // more than a small op itself.

@@ -21,6 +21,8 @@ bool is_integral_alpha(double alpha) noexcept;
 // axpy or scale on an integer type with an alpha is_integral_alpha refuses.
 // Registry::apply calls it up front, with the buffer's name in `what`.
 void check_alpha(VectorOp op, DType type, double alpha, const std::string& what);
+// What check_alpha checks, without building an error text.
+bool alpha_allowed(VectorOp op, DType type, double alpha) noexcept;
 
 // Half-precision conversions (round to nearest, ties to even), exposed for tests.
 float f16_to_f32(std::uint16_t bits) noexcept;

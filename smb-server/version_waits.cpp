@@ -1,22 +1,16 @@
 #include "version_waits.hpp"
 
 #include "util/parse.hpp"
-#include "wait_timeout.hpp"
 
 #include <vector>
 
 namespace smb::server {
 
-using protocol::Body;
-
 VersionWaits::VersionWaits(boost::asio::io_context& io, Registry& registry)
     : io_(io), registry_(registry), timer_(io) {}
 
-void VersionWaits::wait(SessionId session, const Body& request, const ReplyFn& reply) {
-  const char* what = "wait_version";
-  const auto name = protocol::get_name(request, "name", what);
-  const auto version = protocol::get_u64(request, "version", what);
-  const auto timeout = wait_timeout(request, "timeout_ms", what);
+void VersionWaits::wait(SessionId session, const std::string& name, std::uint64_t version,
+                        std::chrono::milliseconds timeout, VersionReplyFn reply) {
   ++count_;  // before reading the version: see pending()
   std::uint64_t now = 0;
   {
@@ -29,13 +23,13 @@ void VersionWaits::wait(SessionId session, const Body& request, const ReplyFn& r
     }
     if (now < version) {
       const auto deadline = Clock::now() + timeout;
-      waiters_[name].push_back(Waiter{session, version, deadline, reply});
+      waiters_[name].push_back(Waiter{session, version, deadline, std::move(reply)});
       arm(deadline);
       return;
     }
   }
   --count_;
-  reply(protocol::ok_reply({{"version", now}}));
+  reply(protocol::FixedReply{Errc::ok, now, {}});
 }
 
 void VersionWaits::advanced(const std::string& name) {
@@ -63,12 +57,12 @@ void VersionWaits::advanced(const std::string& name) {
     if (list.empty()) waiters_.erase(found);
     count_ -= woken.size();
   }
-  for (auto& w : woken) deliver(w, protocol::ok_reply({{"version", now}}));
+  for (auto& w : woken) deliver(w, protocol::FixedReply{Errc::ok, now, {}});
 }
 
 // A call's reply goes from any thread (its transport queues it); a session's
 // is written on the io thread.
-void VersionWaits::deliver(Waiter& waiter, Body answer) {
+void VersionWaits::deliver(Waiter& waiter, protocol::FixedReply answer) {
   if (waiter.session == kCallSession) return waiter.reply(std::move(answer));
   boost::asio::post(io_, [reply = std::move(waiter.reply), answer = std::move(answer)] { reply(answer); });
 }
@@ -127,8 +121,9 @@ void VersionWaits::expire() {
     }
   }
   for (auto& [name, w] : late)
-    w.reply(protocol::error_reply(Errc::timeout, "buffer " + util::quoted(name) + " did not reach version " +
-                                                     std::to_string(w.version) + " in time"));
+    deliver(w, protocol::FixedReply{Errc::timeout, 0,
+                                    "buffer " + util::quoted(name) + " did not reach version " +
+                                        std::to_string(w.version) + " in time"});
 }
 
 }  // namespace smb::server

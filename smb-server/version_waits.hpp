@@ -28,11 +28,13 @@ class VersionWaits {
  public:
   VersionWaits(boost::asio::io_context& io, Registry& registry);
 
-  // wait_version {name, version, timeout_ms}: replies {version} at once when
-  // the buffer is there already, else when an op gets it there (from that
-  // op's thread for calls; on the io thread for sessions) or an error at the
-  // timeout. Any thread; throws smb::Error for a wrong request.
-  void wait(SessionId session, const protocol::Body& request, const ReplyFn& reply);
+  // Until `name`'s version here reaches `version`: answers with the version
+  // at once when the buffer is there already, else when an op gets it there
+  // (from that op's thread for calls; on the io thread for sessions), or
+  // with Errc::timeout after `timeout`. Any thread; throws smb::Error when
+  // there is no such buffer.
+  void wait(SessionId session, const std::string& name, std::uint64_t version, std::chrono::milliseconds timeout,
+            VersionReplyFn reply);
 
   // An op advanced `name`'s version. Any thread; cheap when nobody waits.
   void advanced(const std::string& name);
@@ -51,10 +53,10 @@ class VersionWaits {
     SessionId session;
     std::uint64_t version;
     Clock::time_point deadline;
-    ReplyFn reply;
+    VersionReplyFn reply;
   };
 
-  void deliver(Waiter& waiter, protocol::Body answer);
+  void deliver(Waiter& waiter, protocol::FixedReply answer);
   void arm(Clock::time_point deadline);  // under mutex_
   void start_timer();                    // io thread
   void expire();                         // io thread: the timer fired

@@ -1,20 +1,12 @@
 #include "protocol/messages.hpp"
 
+#include "protocol/little_endian.hpp"
 #include "util/parse.hpp"
 
 #include <cstring>
 
 namespace smb::protocol {
 namespace {
-
-void put_le(std::uint8_t* out, std::uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out[i] = static_cast<std::uint8_t>(value >> (8 * i));
-}
-std::uint64_t get_le(const std::uint8_t* in, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  return v;
-}
 
 [[noreturn]] void bad_field(std::string_view what, const char* field, const char* expected) {
   throw Error(Errc::protocol,
@@ -42,6 +34,8 @@ const char* message_name(std::uint16_t type) {
     case MessageType::lock: return "lock";
     case MessageType::unlock: return "unlock";
     case MessageType::barrier: return "barrier";
+    case MessageType::vector_call: return "vector_call";
+    case MessageType::version_call: return "version_call";
   }
   return "unknown";
 }

@@ -54,6 +54,8 @@ enum class MessageType : std::uint16_t {
   lock = 15,           // home of the lock name: {name, offset, length, lease_ms, timeout_ms} -> {token} (deferred)
   unlock = 16,         // home: {name, token} -> {}
   barrier = 17,        // home: {name, parties, timeout_ms} -> {} once all arrived (deferred)
+  vector_call = 18,    // vector_op as a data-path call, in a fixed binary body (fixed_calls.hpp)
+  version_call = 19,   // get_version / wait_version as a data-path call, the same way
 };
 
 const char* message_name(std::uint16_t type);

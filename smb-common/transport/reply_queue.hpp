@@ -15,6 +15,7 @@
 // beyond the bound) instead of queueing without bound.
 #include "transport/transport.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -42,12 +43,17 @@ class ReplyQueue {
     {
       std::lock_guard lock(mutex_);
       replies_.push_back(Reply{std::move(peer), token, std::move(frame)});
+      queued_.store(true, std::memory_order_release);
     }
     wake_();
   }
   // The transport's thread: everything queued so far, in order.
+  // Called on every pass of a spinning loop: an empty queue costs one load,
+  // not a lock.
   std::vector<Reply> take() {
+    if (!queued_.load(std::memory_order_acquire)) return {};
     std::lock_guard lock(mutex_);
+    queued_.store(false, std::memory_order_relaxed);
     return std::exchange(replies_, {});
   }
 
@@ -55,6 +61,7 @@ class ReplyQueue {
   std::function<void()> wake_;
   std::mutex mutex_;
   std::vector<Reply> replies_;
+  std::atomic<bool> queued_{false};  // replies_ is not empty
 };
 
 // One client's undelivered replies (on the transport's thread).

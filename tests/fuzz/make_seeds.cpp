@@ -1,6 +1,7 @@
 // Writes the fuzzers' seed corpus: well-formed messages of every kind, so
 // that fuzzing starts from the shapes real clients send.
 //   fuzz_make_seeds DIR   (writes DIR/<target>/<name>; tests/fuzz/corpus is its output)
+#include "protocol/fixed_calls.hpp"
 #include "protocol/layout_codec.hpp"
 #include "protocol/striping.hpp"
 #include "protocol/messages.hpp"
@@ -106,7 +107,7 @@ void data_channel_seeds() {
   write("fuzz_data_channel", "read-end", seed(0, AmRequestHeader{2, 3, 56 * 1024 - 8, 8}, {}));
   write("fuzz_data_channel", "fetch-add", seed(1, AmAtomicHeader{3, 2, 8, 1, 0, 5, 0}, {}));
   write("fuzz_data_channel", "compare-swap", seed(1, AmAtomicHeader{4, 1, 16, 2, 0, 9, 0}, {}));
-  const Bytes frame = protocol::encode_frame(type_of(MessageType::get_version), 7, {{"name", "w"}});
+  const Bytes frame = protocol::encode_version_call(7, protocol::VersionCallKind::get, "w");
   Bytes call = frame;
   call.insert(call.end(), 16, 0x42);  // a payload
   write("fuzz_data_channel", "ucx-call", seed(2, smb::transport::CallHeader{5, static_cast<std::uint32_t>(frame.size()), 0}, call));
@@ -133,11 +134,11 @@ void request_seeds() {
   const Body lock = {{"name", "w"}, {"offset", 0}, {"length", 64}, {"lease_ms", 1000}, {"timeout_ms", 5}};
   record(calls, 0, type_of(MessageType::lock), body(lock));
   record(calls, 2, type_of(MessageType::lock), body(lock));
-  const Body op = {{"name", "w"}, {"op", 1}, {"dtype", 1}, {"offset", 0}, {"count", 4}, {"alpha", 2.0}};
-  Bytes frame = protocol::encode_frame(type_of(MessageType::vector_op), 9, op);
+  Bytes frame = protocol::encode_vector_call(9, smb::VectorOp::axpy, smb::DType::f32, 0, 4, 2.0, "w");
   frame.insert(frame.end(), 16, 0x40);  // x, split off as the payload
   record(calls, 1 | (16 << 1), 0, frame);
-  record(calls, 1, 0, protocol::encode_frame(type_of(MessageType::get_version), 10, {{"name", "w"}}));
+  record(calls, 1, 0, protocol::encode_version_call(10, protocol::VersionCallKind::get, "w"));
+  record(calls, 1, 0, protocol::encode_version_call(11, protocol::VersionCallKind::wait, "w", 2, 5));
   write("fuzz_requests", "calls-and-locks", calls);
 }
 

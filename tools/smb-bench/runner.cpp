@@ -6,6 +6,8 @@
 #include "transfer.hpp"
 #include "vector_op.hpp"
 
+#include "../common/tool_setup.hpp"
+
 namespace smb::bench {
 namespace {
 
@@ -78,6 +80,15 @@ void run_transfer_phase(BenchBuffer& bench, const Options& o, Report& report) {
 
 }  // namespace
 
+namespace {
+// The waking side is a second client, as another worker would be.
+void run_notify_phase(BenchBuffer& bench, const Options& options, Report& report) {
+  Client peer(tools::client_options(options.servers));
+  auto buffer = peer.open(bench.name());
+  report.phase = run_notify(bench.buffer(), buffer, options.iters, kSyncTimeout);
+}
+}  // namespace
+
 Report run_benchmark(Client& client, const Options& options) {
   BenchBuffer bench(client, options);
   Report report;
@@ -93,7 +104,7 @@ Report run_benchmark(Client& client, const Options& options) {
   else if (options.op == Op::compare_swap)
     run_compare_swap_phase(bench, options, report);
   else if (options.op == Op::notify)
-    report.phase = run_notify(bench.buffer(), options.iters, kSyncTimeout);
+    run_notify_phase(bench, options, report);
   else if (options.op == Op::barrier)
     report.phase = run_barrier(client, bench.name() + "/barrier", options.parties, options.iters, options.threads,
                                kSyncTimeout);

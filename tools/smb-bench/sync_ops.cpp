@@ -39,7 +39,9 @@ PhaseResult run_compare_swap(Buffer& buffer, std::uint64_t words, std::uint64_t 
   return result;
 }
 
-PhaseResult run_notify(Buffer& buffer, std::uint64_t iters, std::chrono::milliseconds timeout) {
+// `buffer` and `peer`: the same buffer opened by two clients, so that the
+// two sides share nothing in this process (as two workers would not).
+PhaseResult run_notify(Buffer& buffer, Buffer& peer, std::uint64_t iters, std::chrono::milliseconds timeout) {
   const std::uint64_t start = buffer.version();
   std::array<float, 1> one{1.0F};
   const auto x = std::as_bytes(std::span<const float>(one));
@@ -59,8 +61,8 @@ PhaseResult run_notify(Buffer& buffer, std::uint64_t iters, std::chrono::millise
         ++result.ops;
         result.bytes += 2 * sizeof(float);
       } else {
-        buffer.wait_version(base + 1, timeout);
-        buffer.apply(VectorOp::accumulate, DType::f32, 0, 1, 1.0, x);
+        peer.wait_version(base + 1, timeout);
+        peer.apply(VectorOp::accumulate, DType::f32, 0, 1, 1.0, x);
       }
     }
   });

@@ -21,7 +21,7 @@ PhaseResult run_compare_swap(Buffer& buffer, std::uint64_t words, std::uint64_t 
 // (a server-side accumulate of one f32 at offset 0) and waits for the other
 // to bump it back. One sample per exchange: half the round trip, i.e. the
 // time from one side's notify until the other side wakes and notifies.
-PhaseResult run_notify(Buffer& buffer, std::uint64_t iters, std::chrono::milliseconds timeout);
+PhaseResult run_notify(Buffer& buffer, Buffer& peer, std::uint64_t iters, std::chrono::milliseconds timeout);
 
 // `threads` threads of this process, with others elsewhere up to `parties`,
 // meet at barrier `name` `iters` times. One sample per barrier and thread.

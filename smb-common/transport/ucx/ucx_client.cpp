@@ -1,4 +1,5 @@
 #include "transport/ucx/ucx_client.hpp"
+#include "transport/client_idle.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -113,7 +114,7 @@ void UcxClientTransport::progress() {
     std::lock_guard lock(mutex_);
     events = ucp_worker_progress(worker_.get());
   }
-  if (events == 0) std::this_thread::yield();
+  yield_when_idle(events != 0);
 }
 
 void UcxClientTransport::abandon(const Completion& completion) {

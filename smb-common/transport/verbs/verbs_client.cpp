@@ -1,5 +1,6 @@
 #include "transport/verbs/verbs_client.hpp"
 
+#include "transport/client_idle.hpp"
 #include "transport/verbs/verbs_calls.hpp"
 
 #include <netdb.h>
@@ -89,7 +90,7 @@ void VerbsClientTransport::progress() {
       c->pump();
     }
   }
-  if (done == 0) std::this_thread::yield();
+  yield_when_idle(done != 0);
 }
 
 void VerbsClientTransport::abandon(const Completion& completion) {

@@ -1,0 +1,80 @@
+#pragma once
+// The hot calls of training -- a vector op (every accumulate of a gradient)
+// and a version read or wait (every notify) -- as data-path calls with fixed
+// binary bodies that both sides read and write without MessagePack, maps or
+// allocations beyond the names, as low-latency RPC systems (eRPC, FaRM) do.
+// Everything else (and these requests over the control connection) stays
+// MessagePack (messages.hpp).
+//
+//   vector_call  = op u8 | dtype u8 | name_length u16 | source_length u16 | 0 u16
+//                  | offset u64 | count u64 | alpha f64 | source_offset u64
+//                  | name | source name (absent when source_length is 0)
+//   version_call = kind u8 (1 get, 2 wait) | 0 u8 | name_length u16 | 0 u32
+//                  | version u64 | timeout_ms u64 | name
+//   reply (both) = errc u32 (0: done) | message_length u32 | version u64 | message
+//
+// Little endian, after the usual 16-byte frame header; a vector op's x
+// travels as the call's raw payload. Decoding checks every length and range
+// and throws Error(protocol) or Error(invalid_argument) naming the field.
+#include "protocol/messages.hpp"
+
+#include <smb/error.hpp>
+#include <smb/vector_ops.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace smb::protocol {
+
+inline constexpr std::size_t kVectorCallFixedSize = 40;
+inline constexpr std::size_t kVersionCallFixedSize = 24;
+inline constexpr std::size_t kFixedReplySize = 16;
+
+struct VectorCall {
+  VectorOp op = VectorOp::accumulate;
+  DType type = DType::f32;
+  std::uint64_t offset = 0;  // bytes into the server's segment
+  std::uint64_t count = 0;   // elements
+  double alpha = 1.0;
+  std::string name;
+  std::optional<std::string> source;  // x in another buffer's segment here, else in the payload
+  std::uint64_t source_offset = 0;
+};
+
+// The whole frame (header included).
+Bytes encode_vector_call(std::uint32_t request_id, VectorOp op, DType type, std::uint64_t offset, std::uint64_t count,
+                         double alpha, std::string_view name, std::optional<std::string_view> source = std::nullopt,
+                         std::uint64_t source_offset = 0);
+// The body after the frame header.
+VectorCall decode_vector_call(std::span<const std::uint8_t> body);
+
+enum class VersionCallKind : std::uint8_t { get = 1, wait = 2 };
+
+struct VersionCall {
+  VersionCallKind kind = VersionCallKind::get;
+  std::string name;
+  std::uint64_t version = 0;     // wait: until the buffer's version here reaches it
+  std::uint64_t timeout_ms = 0;  // wait: then fail with Errc::timeout
+};
+
+Bytes encode_version_call(std::uint32_t request_id, VersionCallKind kind, std::string_view name,
+                          std::uint64_t version = 0, std::uint64_t timeout_ms = 0);
+VersionCall decode_version_call(std::span<const std::uint8_t> body);
+
+// The reply to either call.
+struct FixedReply {
+  Errc code = Errc::ok;
+  std::uint64_t version = 0;  // the buffer's version here after the op, or the one reached
+  std::string message;        // why it failed
+};
+
+// The whole reply frame to a call of `type`; a message longer than
+// kMaxErrorLength is cut.
+Bytes encode_fixed_reply(MessageType type, std::uint32_t request_id, const FixedReply& reply);
+// A whole reply frame: checks the header (a reply to `type`) and the body.
+FixedReply decode_fixed_reply(MessageType type, std::span<const std::uint8_t> frame);
+
+}  // namespace smb::protocol

@@ -1,0 +1,48 @@
+#include "vector_runs.hpp"
+
+namespace smb::server {
+
+namespace {
+
+std::uint64_t work_bytes(const VectorRequest& r) {
+  const std::size_t size = element_size(r.type);
+  return size == 0 || r.count > UINT64_MAX / size ? UINT64_MAX : r.count * size;
+}
+
+// Wakes the version waiters (VersionWaits is thread-safe and costs nothing
+// when nobody waits) and reports.
+void finish(Services& s, const VectorRequest& r, protocol::FixedReply answer, bool on_arrival,
+            const VectorDone& done) {
+  if (answer.code == Errc::ok && s.versions.pending()) s.versions.advanced(r.name);
+  done(std::move(answer), on_arrival);
+}
+
+protocol::FixedReply failed(std::uint16_t type) {
+  auto error = current_error(type);
+  return {error.code, 0, std::move(error.message)};
+}
+
+}  // namespace
+
+void run_vector_op(Services& s, std::uint16_t type, VectorRequest r, VectorDone done) {
+  if (work_bytes(r) <= kInlineVectorBytes) {
+    std::optional<protocol::FixedReply> answer;
+    try {
+      if (auto version = s.requests.apply(r, /*wait=*/false)) answer = protocol::FixedReply{Errc::ok, *version, {}};
+    } catch (...) {
+      answer = failed(type);
+    }
+    if (answer) return finish(s, r, std::move(*answer), true, done);
+  }
+  boost::asio::post(s.workers, [&s, type, r = std::move(r), done = std::move(done)] {
+    protocol::FixedReply answer;
+    try {
+      answer = protocol::FixedReply{Errc::ok, *s.requests.apply(r, /*wait=*/true), {}};
+    } catch (...) {
+      answer = failed(type);
+    }
+    finish(s, r, std::move(answer), false, done);
+  });
+}
+
+}  // namespace smb::server

@@ -1,0 +1,23 @@
+#pragma once
+// Where a vector op runs, whichever way it came (a control message's Body,
+// a data-path vector_call's fixed binary body): where it arrived when it is
+// small and nobody else holds the buffer -- a few microseconds of memory
+// time, less than a hand-off to another thread costs -- else on the worker
+// pool, which may wait for the buffer. Then the buffer's version waiters
+// are woken, from the thread that ran the op.
+#include "message_routes.hpp"
+
+#include <functional>
+
+namespace smb::server {
+
+// Vector ops of at most this many bytes of x run where they arrive.
+inline constexpr std::uint64_t kInlineVectorBytes = 64 * 1024;
+
+// `done` is called exactly once, on the thread that ran the op, with the
+// answer and whether that was the thread the op arrived on (not the pool).
+// `type` names the request in logs of unexpected failures.
+using VectorDone = std::function<void(protocol::FixedReply answer, bool on_arrival)>;
+void run_vector_op(Services& services, std::uint16_t type, VectorRequest request, VectorDone done);
+
+}  // namespace smb::server

@@ -1,0 +1,106 @@
+// The fixed binary calls (protocol/fixed_calls.hpp): what one side writes the
+// other reads back, and every malformed body is refused with a protocol or
+// argument error, never read past its end.
+#include "protocol/fixed_calls.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace {
+
+using namespace smb;
+using namespace smb::protocol;
+
+std::span<const std::uint8_t> body_of(const Bytes& frame) { return std::span(frame).subspan(kHeaderSize); }
+
+Errc code_of(auto&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return Errc::ok;
+}
+
+TEST(FixedCalls, VectorCallRoundTrips) {
+  const auto frame = encode_vector_call(7, VectorOp::axpy, DType::bf16, 4096, 123, -0.5, "grads", "delta", 8192);
+  const auto header = decode_header(std::span(frame).first<kHeaderSize>());
+  EXPECT_EQ(header.type, static_cast<std::uint16_t>(MessageType::vector_call));
+  EXPECT_EQ(header.request_id, 7u);
+  EXPECT_EQ(header.body_length, frame.size() - kHeaderSize);
+  const auto call = decode_vector_call(body_of(frame));
+  EXPECT_EQ(call.op, VectorOp::axpy);
+  EXPECT_EQ(call.type, DType::bf16);
+  EXPECT_EQ(call.offset, 4096u);
+  EXPECT_EQ(call.count, 123u);
+  EXPECT_EQ(call.alpha, -0.5);
+  EXPECT_EQ(call.name, "grads");
+  ASSERT_TRUE(call.source.has_value());
+  EXPECT_EQ(*call.source, "delta");
+  EXPECT_EQ(call.source_offset, 8192u);
+  EXPECT_FALSE(decode_vector_call(body_of(encode_vector_call(1, VectorOp::scale, DType::f32, 0, 1, 2, "y"))).source);
+}
+
+TEST(FixedCalls, VersionCallRoundTrips) {
+  const auto frame = encode_version_call(9, VersionCallKind::wait, "w", 41, 2500);
+  const auto call = decode_version_call(body_of(frame));
+  EXPECT_EQ(call.kind, VersionCallKind::wait);
+  EXPECT_EQ(call.name, "w");
+  EXPECT_EQ(call.version, 41u);
+  EXPECT_EQ(call.timeout_ms, 2500u);
+}
+
+TEST(FixedCalls, RepliesRoundTripAndCutLongMessages) {
+  const auto ok = decode_fixed_reply(MessageType::vector_call,
+                                     encode_fixed_reply(MessageType::vector_call, 3, {Errc::ok, 77, {}}));
+  EXPECT_EQ(ok.code, Errc::ok);
+  EXPECT_EQ(ok.version, 77u);
+  const auto failed = decode_fixed_reply(
+      MessageType::version_call,
+      encode_fixed_reply(MessageType::version_call, 3, {Errc::timeout, 0, std::string(5000, 'x')}));
+  EXPECT_EQ(failed.code, Errc::timeout);
+  EXPECT_EQ(failed.message.size(), kMaxErrorLength);
+  // A reply to another request, or a code from the future, is not taken at face value.
+  EXPECT_EQ(code_of([] {
+              decode_fixed_reply(MessageType::version_call,
+                                 encode_fixed_reply(MessageType::vector_call, 1, {Errc::ok, 1, {}}));
+            }),
+            Errc::protocol);
+  auto future = encode_fixed_reply(MessageType::vector_call, 1, {Errc::ok, 1, {}});
+  future[kHeaderSize] = 200;
+  EXPECT_EQ(decode_fixed_reply(MessageType::vector_call, future).code, Errc::internal);
+}
+
+TEST(FixedCalls, MalformedBodiesAreRefused) {
+  const auto frame = encode_vector_call(1, VectorOp::accumulate, DType::f32, 0, 4, 1, "abc");
+  const Bytes body(frame.begin() + kHeaderSize, frame.end());
+  // Every truncation, and one byte too many.
+  for (std::size_t n = 0; n < body.size(); ++n)
+    EXPECT_EQ(code_of([&] { decode_vector_call(std::span(body).first(n)); }), Errc::protocol) << n;
+  Bytes longer = body;
+  longer.push_back(0);
+  EXPECT_EQ(code_of([&] { decode_vector_call(longer); }), Errc::protocol);
+  auto with = [&](std::size_t at, std::uint8_t value) {
+    Bytes b = body;
+    b[at] = value;
+    return b;
+  };
+  EXPECT_EQ(code_of([&] { decode_vector_call(with(0, 0)); }), Errc::invalid_argument);   // op 0
+  EXPECT_EQ(code_of([&] { decode_vector_call(with(0, 99)); }), Errc::invalid_argument);  // op 99
+  EXPECT_EQ(code_of([&] { decode_vector_call(with(1, 0)); }), Errc::invalid_argument);   // dtype 0
+  EXPECT_EQ(code_of([&] { decode_vector_call(with(2, 200)); }), Errc::protocol);         // name longer than the body
+  EXPECT_EQ(code_of([&] { decode_vector_call(with(6, 1)); }), Errc::protocol);           // reserved
+  Bytes no_name(body.begin(), body.begin() + kVectorCallFixedSize);
+  no_name[2] = 0;
+  EXPECT_EQ(code_of([&] { decode_vector_call(no_name); }), Errc::invalid_argument);
+  const auto version = encode_version_call(1, VersionCallKind::get, "abc");
+  Bytes vbody(version.begin() + kHeaderSize, version.end());
+  vbody[0] = 3;
+  EXPECT_EQ(code_of([&] { decode_version_call(vbody); }), Errc::invalid_argument);  // unknown kind
+  EXPECT_EQ(code_of([&] { decode_version_call(std::span(vbody).first(10)); }), Errc::protocol);
+  EXPECT_EQ(code_of([] { encode_vector_call(1, VectorOp::accumulate, DType::f32, 0, 1, 1, std::string(201, 'n')); }),
+            Errc::invalid_argument);
+}
+
+}  // namespace
