@@ -12,6 +12,12 @@ function(smb_python_package target)
   set(destination ${SMB_PYTHON_BUILD_DIR}/${ARG_PACKAGE})
   file(GLOB_RECURSE copies RELATIVE ${destination} ${destination}/*.py)
   foreach(copy IN LISTS copies)
+    # A copy in a subdirectory this package does not have belongs to another
+    # package nested in this one (smb/torch in smb): not ours to remove.
+    get_filename_component(subdir ${copy} DIRECTORY)
+    if(subdir AND NOT IS_DIRECTORY ${ARG_SOURCE_DIR}/${subdir})
+      continue()
+    endif()
     if(NOT copy IN_LIST sources AND NOT EXISTS ${ARG_SOURCE_DIR}/${copy})
       file(REMOVE ${destination}/${copy})
     endif()

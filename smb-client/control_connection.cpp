@@ -47,6 +47,7 @@ ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds
   run_bounded("connect", timeout_, [&](auto handler) { asio::async_connect(socket_, endpoints, handler); });
   socket_.set_option(tcp::no_delay(true));
   hello_reply_ = call(protocol::MessageType::hello, hello);
+  session_ = protocol::get_u64(hello_reply_, "session", "hello");
 }
 
 protocol::Body ControlConnection::call(protocol::MessageType type, const protocol::Body& request) {

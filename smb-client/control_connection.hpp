@@ -18,6 +18,8 @@ class ControlConnection {
   // answer is kept in hello_reply().
   ControlConnection(std::string peer, std::chrono::milliseconds timeout, const protocol::Body& hello);
   const protocol::Body& hello_reply() const { return hello_reply_; }
+  // This connection's session at the server (calls name it: a barrier).
+  std::uint64_t session() const { return session_; }
   // Sends one request and returns the reply body; throws smb::Error naming
   // the server and the message (unreachable, gone, timeout, or the server's error).
   protocol::Body call(protocol::MessageType type, const protocol::Body& request);
@@ -48,6 +50,7 @@ class ControlConnection {
   bool broken_ = false;
   std::atomic<std::int64_t> last_probe_ns_{0};
   protocol::Body hello_reply_;
+  std::uint64_t session_ = 0;
 };
 
 }  // namespace smb::client

@@ -7,6 +7,7 @@
 #include "server_calls.hpp"
 
 #include "protocol/messages.hpp"
+#include "util/parse.hpp"
 
 #include <algorithm>
 
@@ -42,11 +43,17 @@ Lock ClientCore::lock(std::string_view name_view, const LockOptions& options) {
   return Lock(std::move(state));
 }
 
+// A call over the home server's data channel (about one round trip once all
+// arrive), naming this client's control session there, whose close breaks
+// the barrier for the other parties.
 void ClientCore::barrier(std::string_view name_view, std::uint32_t parties, std::chrono::milliseconds timeout) {
   const std::string name(name_view);
   protocol::validate_name(name);
-  link(home_of(name)).waits->acquire()->call(
-      MessageType::barrier, {{"name", name}, {"parties", parties}, {"timeout_ms", millis(timeout)}}, timeout);
+  auto& home = link(home_of(name));
+  client::ServerCalls calls(
+      shared_from_this(), [name] { return "barrier " + smb::util::quoted(name); }, timeout);
+  calls.add_barrier_call(home, name, parties, timeout, home.control->session());
+  calls.finish_versions();
 }
 
 std::uint64_t BufferCore::version() {

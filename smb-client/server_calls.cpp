@@ -87,6 +87,14 @@ void ServerCalls::add_version_call(ServerLink& link, protocol::VersionCallKind k
        {});
 }
 
+void ServerCalls::add_barrier_call(ServerLink& link, const std::string& name, std::uint64_t parties,
+                                   std::chrono::milliseconds timeout, std::uint64_t session) {
+  send(link, MessageType::barrier_call,
+       protocol::encode_barrier_call(next_request_id(), name, parties,
+                                     static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 1)), session),
+       {});
+}
+
 std::vector<std::uint64_t> ServerCalls::finish_versions() {
   return finish_with([this](const Pending& call) {
     protocol::FixedReply reply;

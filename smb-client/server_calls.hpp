@@ -30,12 +30,14 @@ class ServerCalls {
   void add(ServerLink& link, protocol::MessageType type, protocol::Body body,
            std::span<const std::byte> payload = {});
   // Calls with fixed bodies (protocol/fixed_calls.hpp), answered with a
-  // version: a vector op, a version read or wait.
+  // version: a vector op, a version read or wait, a barrier (version 0).
   void add_vector_call(ServerLink& link, VectorOp op, DType type, std::uint64_t offset, std::uint64_t count,
                        double alpha, const std::string& name, std::optional<std::string_view> source,
                        std::uint64_t source_offset, std::span<const std::byte> payload);
   void add_version_call(ServerLink& link, protocol::VersionCallKind kind, const std::string& name,
                         std::uint64_t version = 0, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  void add_barrier_call(ServerLink& link, const std::string& name, std::uint64_t parties,
+                        std::chrono::milliseconds timeout, std::uint64_t session);
   // Waits for every reply, in the order added; throws the first error.
   std::vector<protocol::Body> finish();
   // The same when all calls had fixed bodies: each one's version.

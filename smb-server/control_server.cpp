@@ -27,6 +27,7 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
       handler_(registry, identity, clients_),
       coordination_(io, registry, quotas.locks),
       versions_(io, registry),
+      barriers_(io),
       workers_(std::max(1u, std::thread::hardware_concurrency())),
       accept_retry_(io) {
   acceptor_.open(listen.protocol());
@@ -92,6 +93,7 @@ void ControlServer::session_ended(const std::shared_ptr<ControlSession>& session
   registry_.session_closed(session->id());
   coordination_.session_closed(session->id());
   versions_.session_closed(session->id());
+  barriers_.session_closed(session->id());
   clients_ -= 1;
   sessions_.erase(session);
 }

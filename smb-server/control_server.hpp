@@ -46,7 +46,8 @@ class ControlServer {
   // Runs the request's handler where its route says (message_routes.hpp).
   // `on_io_thread`: the caller runs on the io thread (sessions) or not (calls).
   void dispatch(const Route& route, Request request, ReplyFn reply, bool on_io_thread);
-  // A vector_call or version_call (fixed binary bodies, data_path_calls.cpp).
+  // A vector_call, version_call or barrier_call (fixed binary bodies,
+  // data_path_calls.cpp).
   void serve_fixed_call(const protocol::Header& header, std::span<const std::uint8_t> body, transport::Bytes payload,
                          transport::Respond respond);
 
@@ -58,10 +59,11 @@ class ControlServer {
   RequestHandler handler_;
   Coordination coordination_;  // deferred replies: locks, barriers
   VersionWaits versions_;      // deferred replies: version waits
+  Barriers barriers_;          // deferred replies: barriers
   // Vector ops run here, off the io thread, so that one large op does not
   // stall every other client's control requests.
   boost::asio::thread_pool workers_;
-  Services services_{io_, workers_, handler_, coordination_, versions_};
+  Services services_{io_, workers_, handler_, coordination_, versions_, barriers_};
   std::set<std::shared_ptr<ControlSession>> sessions_;  // touched only on the io thread
   SessionId next_session_ = 1;
   // Accept errors (EMFILE...) are retried after a growing pause and logged

@@ -58,8 +58,8 @@ Coordination::TimerPtr Coordination::start_timer(std::chrono::milliseconds after
   return timer;
 }
 
-void Coordination::set_waiting(SessionId session, WaitKind kind, const std::string& name, std::uint64_t id) {
-  if (session != kCallSession) waiting_[session] = Waiting{kind, name, id};
+void Coordination::set_waiting(SessionId session, const std::string& name, std::uint64_t id) {
+  if (session != kCallSession) waiting_[session] = Waiting{name, id};
 }
 
 void Coordination::clear_waiting(SessionId session, std::uint64_t id) {
@@ -124,7 +124,7 @@ void Coordination::lock(SessionId session, const Body& request, const ReplyFn& r
     waiter_reply(protocol::error_reply(Errc::timeout, "lock " + util::quoted(name) + " was not granted in time"));
   });
   lock.waiters.push_back(LockWaiter{id, session, offset, length, lease, reply, std::move(timer)});
-  set_waiting(session, WaitKind::lock, name, id);
+  set_waiting(session, name, id);
 }
 
 void Coordination::grant_waiters(const std::string& name) {
@@ -180,84 +180,23 @@ void Coordination::unlock(SessionId session, const Body& request, const ReplyFn&
   reply(protocol::ok_reply());
 }
 
-// ---------------------------------------------------------------- barriers
-
-void Coordination::barrier(SessionId session, const Body& request, const ReplyFn& reply) {
-  const char* what = "barrier";
-  const auto name = protocol::get_name(request, "name", what);
-  const auto parties = protocol::get_u64(request, "parties", what);
-  const auto timeout = wait_timeout(request, "timeout_ms", what);
-  if (parties == 0 || parties > 1'000'000)
-    throw Error(Errc::invalid_argument, "barrier " + util::quoted(name) + ": parties must be 1 to 1000000");
-  auto& b = barriers_[name];
-  if (b.arrived.empty()) b.parties = parties;
-  if (b.parties != parties)
-    throw Error(Errc::invalid_argument, "barrier " + util::quoted(name) + " is for " + std::to_string(b.parties) +
-                                            " parties, this client asked for " + std::to_string(parties));
-  if (b.arrived.size() + 1 == parties) {
-    auto arrived = std::move(b.arrived);
-    barriers_.erase(name);
-    for (auto& a : arrived) {
-      a.timer->cancel();
-      clear_waiting(a.session, a.id);
-      a.reply(protocol::ok_reply());
-    }
-    return reply(protocol::ok_reply());
-  }
-  const std::uint64_t id = next_token_++;
-  auto timer = start_timer(timeout, [this, name, id, session] {
-    auto found = barriers_.find(name);
-    if (found == barriers_.end()) return;
-    auto& arrived = found->second.arrived;
-    auto it = find_id(arrived, id);
-    if (it == arrived.end()) return;
-    clear_waiting(session, id);
-    auto arrival_reply = std::move(it->reply);
-    arrived.erase(it);
-    if (arrived.empty()) barriers_.erase(found);
-    arrival_reply(protocol::error_reply(Errc::timeout, "barrier " + util::quoted(name) + ": not every party arrived in time"));
-  });
-  b.arrived.push_back(Arrival{id, session, reply, std::move(timer)});
-  set_waiting(session, WaitKind::barrier, name, id);
-}
-
 // ---------------------------------------------------------------- sessions
 
-void Coordination::remove_waiting(SessionId session, const Waiting& w) {
-  switch (w.kind) {
-    case WaitKind::lock: {
-      auto found = locks_.find(w.name);
-      if (found == locks_.end()) return;
-      auto it = find_id(found->second.waiters, w.id);
-      if (it == found->second.waiters.end()) return;
-      it->timer->cancel();
-      found->second.waiters.erase(it);
-      grant_waiters(w.name);
-      return;
-    }
-    case WaitKind::barrier: {
-      // A barrier this client arrived at can never complete now: fail it for all.
-      auto found = barriers_.find(w.name);
-      if (found == barriers_.end() || find_id(found->second.arrived, w.id) == found->second.arrived.end()) return;
-      auto arrived = std::move(found->second.arrived);
-      barriers_.erase(found);
-      for (auto& a : arrived) {
-        a.timer->cancel();
-        if (a.session == session) continue;
-        clear_waiting(a.session, a.id);
-        a.reply(protocol::error_reply(Errc::server_gone, "barrier " + util::quoted(w.name) +
-                                                             ": a participant disconnected before it completed"));
-      }
-      return;
-    }
-  }
+void Coordination::remove_waiting(const Waiting& w) {
+  auto found = locks_.find(w.name);
+  if (found == locks_.end()) return;
+  auto it = find_id(found->second.waiters, w.id);
+  if (it == found->second.waiters.end()) return;
+  it->timer->cancel();
+  found->second.waiters.erase(it);
+  grant_waiters(w.name);
 }
 
 void Coordination::session_closed(SessionId session) {
   if (auto w = waiting_.find(session); w != waiting_.end()) {
     const Waiting waiting = w->second;
     waiting_.erase(w);
-    remove_waiting(session, waiting);
+    remove_waiting(waiting);
   }
   if (auto by = held_by_.find(session); by != held_by_.end()) {
     const auto tokens = by->second;  // release() edits the set

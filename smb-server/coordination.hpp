@@ -1,12 +1,11 @@
 #pragma once
 // Coordination that needs a reply later rather than at once: leased range
-// locks and barriers (version waits: version_waits.hpp). It lives on the control
+// locks (version waits: version_waits.hpp; barriers: barriers.hpp). It lives on the control
 // server's io thread (every entry point runs there), so it needs no locks of
 // its own; its timers are that thread's too.
 //
 // Failure handling: a session that closes releases its locks at once (the
-// next waiter is granted), and breaks every barrier it has arrived at (the
-// others get an error, never a hang). A holder that stays connected but stops
+// next waiter is granted). A holder that stays connected but stops
 // renewing loses its lock when the lease runs out.
 //
 // Cost: granted ranges of one lock never overlap, so they are kept by offset
@@ -40,7 +39,6 @@ class Coordination {
   // They throw smb::Error for a request that is wrong from the start.
   void lock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
   void unlock(SessionId session, const protocol::Body& request, const ReplyFn& reply);
-  void barrier(SessionId session, const protocol::Body& request, const ReplyFn& reply);
 
   void session_closed(SessionId session);
 
@@ -65,20 +63,8 @@ class Coordination {
     std::map<std::uint64_t, LockHolder> holders;  // by offset; ranges disjoint
     std::list<LockWaiter> waiters;                // FIFO
   };
-  struct Arrival {
-    std::uint64_t id;
-    SessionId session;
-    ReplyFn reply;
-    TimerPtr timer;
-  };
-  struct Barrier {
-    std::uint64_t parties = 0;
-    std::list<Arrival> arrived;
-  };
-  // What a session waits for (it has at most one request outstanding).
-  enum class WaitKind { lock, barrier };
+  // What a session waits for (it has at most one request outstanding): a lock.
   struct Waiting {
-    WaitKind kind;
     std::string name;
     std::uint64_t id;
   };
@@ -92,16 +78,15 @@ class Coordination {
              std::chrono::milliseconds lease, const ReplyFn& reply);
   void grant_waiters(const std::string& name);
   void release(std::uint64_t token);
-  void remove_waiting(SessionId session, const Waiting& waiting);
+  void remove_waiting(const Waiting& waiting);
   TimerPtr start_timer(std::chrono::milliseconds after, std::function<void()> on_expiry);
-  void set_waiting(SessionId session, WaitKind kind, const std::string& name, std::uint64_t id);
+  void set_waiting(SessionId session, const std::string& name, std::uint64_t id);
   void clear_waiting(SessionId session, std::uint64_t id);
 
   boost::asio::io_context& io_;
   Registry& registry_;
   const std::uint64_t max_locks_per_session_;
   std::map<std::string, Lock> locks_;
-  std::map<std::string, Barrier> barriers_;
   std::unordered_map<std::uint64_t, HeldLock> held_;             // token -> where it is held
   std::map<SessionId, std::set<std::uint64_t>> held_by_;         // session -> tokens
   std::map<SessionId, Waiting> waiting_;                         // control sessions only

@@ -3,8 +3,9 @@
 // data or wait for the data to change -- vector ops, version reads and
 // version waits -- and they run on the same machinery as control requests:
 // vector ops where they arrive or on the worker pool, waits in the
-// coordination service. They come as vector_call and version_call, whose
-// fixed binary bodies and replies skip MessagePack (protocol/fixed_calls.hpp).
+// coordination service. They come as vector_call, version_call and
+// barrier_call, whose fixed binary bodies and replies skip MessagePack
+// (protocol/fixed_calls.hpp).
 //
 // Calls have no session: nothing they start outlives them except a version
 // wait, which ends at its timeout if its client goes. Which messages may come
@@ -40,7 +41,8 @@ void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload,
     return;
   }
   if (header.type == static_cast<std::uint16_t>(MessageType::vector_call) ||
-      header.type == static_cast<std::uint16_t>(MessageType::version_call))
+      header.type == static_cast<std::uint16_t>(MessageType::version_call) ||
+      header.type == static_cast<std::uint16_t>(MessageType::barrier_call))
     return serve_fixed_call(header, std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize),
                             std::move(payload), std::move(respond));
   ReplyFn reply = reply_once([respond, header](protocol::Body r) {
@@ -58,7 +60,9 @@ void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload,
 void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<const std::uint8_t> body,
                                      transport::Bytes payload, transport::Respond respond) {
   const auto type = static_cast<MessageType>(header.type);
-  VersionReplyFn reply = [respond = std::move(respond), type, id = header.request_id](protocol::FixedReply answer) {
+  // Passed on by reference or copy until nothing can throw: a failure
+  // below still answers through it.
+  const VersionReplyFn reply = [respond = std::move(respond), type, id = header.request_id](protocol::FixedReply answer) {
     respond(protocol::encode_fixed_reply(type, id, answer));
   };
   try {
@@ -68,7 +72,13 @@ void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<c
                             std::move(call.source), call.source_offset};
       if (!request.source) request.data = std::move(payload);
       return run_vector_op(services_, header.type, std::move(request),
-                           [reply = std::move(reply)](protocol::FixedReply answer, bool) { reply(std::move(answer)); });
+                           [reply](protocol::FixedReply answer, bool) { reply(std::move(answer)); });
+    }
+    if (type == MessageType::barrier_call) {
+      auto call = protocol::decode_barrier_call(body);
+      return barriers_.arrive(call.session, call.name, call.parties,
+                              wait_timeout(call.timeout_ms, "timeout_ms", "barrier_call"), reply,
+                              /*reply_on_io=*/false);
     }
     auto call = protocol::decode_version_call(body);
     if (call.kind == protocol::VersionCallKind::get)

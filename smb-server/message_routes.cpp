@@ -28,7 +28,19 @@ void version_wait(Services& s, Request& r, const ReplyFn& reply) {
                   [reply](protocol::FixedReply answer) { reply(version_body(answer)); });
 }
 
-// A request whose reply comes later (a lock, a barrier).
+// A barrier from a session: replied to on the io thread.
+void barrier(Services& s, Request& r, const ReplyFn& reply) {
+  const char* what = "barrier";
+  s.barriers.arrive(r.session, protocol::get_name(r.body, "name", what), protocol::get_u64(r.body, "parties", what),
+                    wait_timeout(r.body, "timeout_ms", what),
+                    [reply](protocol::FixedReply answer) {
+                      reply(answer.code == Errc::ok ? protocol::ok_reply()
+                                                    : protocol::error_reply(answer.code, answer.message));
+                    },
+                    /*reply_on_io=*/true);
+}
+
+// A request whose reply comes later (a lock).
 template <void (Coordination::*serve)(SessionId, const Body&, const ReplyFn&)>
 void deferred(Services& s, Request& r, const ReplyFn& reply) {
   (s.coordination.*serve)(r.session, r.body, reply);
@@ -68,11 +80,12 @@ constexpr std::array kRoutes{
     Route{MessageType::wait_version, kControl, arrival, version_wait},
     Route{MessageType::lock, kControl, io_thread, deferred<&Coordination::lock>},
     Route{MessageType::unlock, kControl, io_thread, deferred<&Coordination::unlock>},
-    Route{MessageType::barrier, kControl, io_thread, deferred<&Coordination::barrier>},
+    Route{MessageType::barrier, kControl, io_thread, barrier},
     // Their bodies are not MessagePack: data_path_calls.cpp serves them
     // before this table's handlers (fixed_calls.hpp).
     Route{MessageType::vector_call, kCall, arrival, nullptr},
     Route{MessageType::version_call, kCall, arrival, nullptr},
+    Route{MessageType::barrier_call, kCall, arrival, nullptr},
 };
 
 // Indexed by type, checked at compile time: one entry per type, in order.

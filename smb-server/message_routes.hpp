@@ -6,6 +6,7 @@
 // message is adding an entry; a type without one, or one arriving by a path
 // its entry does not allow, is refused with a protocol error (never answered
 // with another message's reply).
+#include "barriers.hpp"
 #include "coordination.hpp"
 #include "request_handler.hpp"
 #include "version_waits.hpp"
@@ -36,6 +37,7 @@ struct Services {
   RequestHandler& requests;
   Coordination& coordination;
   VersionWaits& versions;
+  Barriers& barriers;
 };
 
 struct Request {

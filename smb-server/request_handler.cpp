@@ -78,14 +78,15 @@ void RequestHandler::check_fits(const Layout& layout) const {
                                       " on this server exceeds its capacity of " + util::format_bytes(capacity));
 }
 
-Body RequestHandler::hello(SessionId, const Body& req) {
+Body RequestHandler::hello(SessionId session, const Body& req) {
   const auto transport = protocol::get_string(req, "transport", "hello");
   if (transport != identity_.transport)
     throw Error(Errc::invalid_argument, "this smbd serves transport '" + identity_.transport +
                                             "', the client asked for " + util::quoted(transport));
   return protocol::ok_reply({{"server", identity_.address},
                              {"transport", identity_.transport},
-                             {"address", protocol::binary(identity_.transport_address)}});
+                             {"address", protocol::binary(identity_.transport_address)},
+                             {"session", session}});
 }
 
 Body RequestHandler::reserve_name(SessionId session, const Body& req) {

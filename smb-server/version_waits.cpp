@@ -7,10 +7,10 @@
 namespace smb::server {
 
 VersionWaits::VersionWaits(boost::asio::io_context& io, Registry& registry)
-    : io_(io), registry_(registry), timer_(io) {}
+    : io_(io), registry_(registry), timer_(io, [this] { expire(); }) {}
 
 void VersionWaits::wait(SessionId session, const std::string& name, std::uint64_t version,
-                        std::chrono::milliseconds timeout, VersionReplyFn reply) {
+                        std::chrono::milliseconds timeout, const VersionReplyFn& reply) {
   ++count_;  // before reading the version: see pending()
   std::uint64_t now = 0;
   {
@@ -23,8 +23,8 @@ void VersionWaits::wait(SessionId session, const std::string& name, std::uint64_
     }
     if (now < version) {
       const auto deadline = Clock::now() + timeout;
-      waiters_[name].push_back(Waiter{session, version, deadline, std::move(reply)});
-      arm(deadline);
+      waiters_[name].push_back(Waiter{session, version, deadline, reply});
+      timer_.arm(deadline);
       return;
     }
   }
@@ -75,23 +75,6 @@ void VersionWaits::session_closed(SessionId session) {
   }
 }
 
-// The timer is moved only when a deadline comes before the one it is set
-// for: with equal timeouts that is the first wait of a stream, not each.
-void VersionWaits::arm(Clock::time_point deadline) {
-  if (armed_ && *armed_ <= deadline) return;
-  armed_ = deadline;
-  boost::asio::post(io_, [this] { start_timer(); });
-}
-
-void VersionWaits::start_timer() {
-  std::lock_guard lock(mutex_);
-  if (!armed_) return;
-  timer_.expires_at(*armed_);
-  timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) expire();  // a timer moved by start_timer is cancelled: nothing to do
-  });
-}
-
 void VersionWaits::expire() {
   std::vector<std::pair<std::string, Waiter>> late;
   {
@@ -112,13 +95,7 @@ void VersionWaits::expire() {
       it = list.empty() ? waiters_.erase(it) : std::next(it);
     }
     count_ -= late.size();
-    armed_ = next;
-    if (next) {
-      timer_.expires_at(*next);
-      timer_.async_wait([this](const boost::system::error_code& ec) {
-        if (!ec) expire();
-      });
-    }
+    if (next) timer_.arm(*next);
   }
   for (auto& [name, w] : late)
     deliver(w, protocol::FixedReply{Errc::timeout, 0,

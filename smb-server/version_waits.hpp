@@ -5,8 +5,8 @@
 // wait that comes as a call is registered where it arrives (the transport's
 // thread), and the vector op that advances the version wakes it where that op
 // ran, usually the same thread, so notify-to-wake crosses no thread. Only
-// timeouts need the io thread: one timer, armed for the earliest deadline,
-// so a stream of waits posts nothing there.
+// timeouts need the io thread (deadline_timer.hpp).
+#include "deadline_timer.hpp"
 #include "protocol/messages.hpp"
 #include "registry.hpp"
 #include "replies.hpp"
@@ -34,7 +34,7 @@ class VersionWaits {
   // with Errc::timeout after `timeout`. Any thread; throws smb::Error when
   // there is no such buffer.
   void wait(SessionId session, const std::string& name, std::uint64_t version, std::chrono::milliseconds timeout,
-            VersionReplyFn reply);
+            const VersionReplyFn& reply);
 
   // An op advanced `name`'s version. Any thread; cheap when nobody waits.
   void advanced(const std::string& name);
@@ -57,17 +57,14 @@ class VersionWaits {
   };
 
   void deliver(Waiter& waiter, protocol::FixedReply answer);
-  void arm(Clock::time_point deadline);  // under mutex_
-  void start_timer();                    // io thread
-  void expire();                         // io thread: the timer fired
+  void expire();  // io thread: the earliest deadline passed
 
   boost::asio::io_context& io_;
   Registry& registry_;
   std::mutex mutex_;
   std::map<std::string, std::list<Waiter>> waiters_;  // by buffer name
   std::atomic<std::size_t> count_{0};                 // waiters, and any being added
-  std::optional<Clock::time_point> armed_;            // the timer's deadline
-  boost::asio::steady_timer timer_;                   // touched on the io thread only
+  DeadlineTimer timer_;
 };
 
 }  // namespace smb::server

@@ -11,6 +11,7 @@ namespace {
 
 constexpr auto kVectorType = static_cast<std::uint16_t>(MessageType::vector_call);
 constexpr auto kVersionType = static_cast<std::uint16_t>(MessageType::version_call);
+constexpr auto kBarrierType = static_cast<std::uint16_t>(MessageType::barrier_call);
 
 Bytes frame_with_body(std::uint16_t type, std::uint32_t request_id, std::size_t body_length) {
   Bytes frame(kHeaderSize + body_length);
@@ -124,6 +125,41 @@ VersionCall decode_version_call(std::span<const std::uint8_t> body) {
   call.version = get_le(b + 8, 8);
   call.timeout_ms = get_le(b + 16, 8);
   call.name.assign(reinterpret_cast<const char*>(b + kVersionCallFixedSize), name_length);
+  return call;
+}
+
+Bytes encode_barrier_call(std::uint32_t request_id, std::string_view name, std::uint64_t parties,
+                          std::uint64_t timeout_ms, std::uint64_t session) {
+  if (name.empty() || name.size() > kMaxNameLength)
+    throw Error(Errc::invalid_argument, "barrier_call: a name must have 1 to " + std::to_string(kMaxNameLength) +
+                                            " bytes");
+  Bytes frame = frame_with_body(kBarrierType, request_id, kBarrierCallFixedSize + name.size());
+  std::uint8_t* b = frame.data() + kHeaderSize;
+  put_le(b, parties, 8);
+  put_le(b + 8, timeout_ms, 8);
+  put_le(b + 16, session, 8);
+  put_le(b + 24, name.size(), 2);
+  put_le(b + 26, 0, 6);
+  std::memcpy(b + kBarrierCallFixedSize, name.data(), name.size());
+  return frame;
+}
+
+BarrierCall decode_barrier_call(std::span<const std::uint8_t> body) {
+  constexpr const char* kCall = "barrier_call";
+  if (body.size() < kBarrierCallFixedSize)
+    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes is shorter than its fixed part", kCall);
+  const std::uint8_t* b = body.data();
+  const auto name_length = get_le(b + 24, 2);
+  if (get_le(b + 26, 6) != 0) bad(Errc::protocol, "reserved field is not zero", kCall);
+  if (body.size() != kBarrierCallFixedSize + name_length)
+    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name length", kCall);
+  check_name_length(name_length, kCall);
+  BarrierCall call;
+  call.parties = get_le(b, 8);
+  call.timeout_ms = get_le(b + 8, 8);
+  call.session = get_le(b + 16, 8);
+  call.name.assign(reinterpret_cast<const char*>(b + kBarrierCallFixedSize), name_length);
+  validate_name(call.name);  // it names state the server keeps (the others name buffers that must exist)
   return call;
 }
 

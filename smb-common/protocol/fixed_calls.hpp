@@ -1,6 +1,6 @@
 #pragma once
-// The hot calls of training -- a vector op (every accumulate of a gradient)
-// and a version read or wait (every notify) -- as data-path calls with fixed
+// The hot calls of training -- a vector op (every accumulate of a gradient),
+// a version read or wait (every notify) and a barrier -- as data-path calls with fixed
 // binary bodies that both sides read and write without MessagePack, maps or
 // allocations beyond the names, as low-latency RPC systems (eRPC, FaRM) do.
 // Everything else (and these requests over the control connection) stays
@@ -11,7 +11,9 @@
 //                  | name | source name (absent when source_length is 0)
 //   version_call = kind u8 (1 get, 2 wait) | 0 u8 | name_length u16 | 0 u32
 //                  | version u64 | timeout_ms u64 | name
-//   reply (both) = errc u32 (0: done) | message_length u32 | version u64 | message
+//   barrier_call = parties u64 | timeout_ms u64 | session u64 | name_length u16
+//                  | 0 u16 | 0 u32 | name
+//   reply (all)  = errc u32 (0: done) | message_length u32 | version u64 | message
 //
 // Little endian, after the usual 16-byte frame header; a vector op's x
 // travels as the call's raw payload. Decoding checks every length and range
@@ -31,6 +33,7 @@ namespace smb::protocol {
 
 inline constexpr std::size_t kVectorCallFixedSize = 40;
 inline constexpr std::size_t kVersionCallFixedSize = 24;
+inline constexpr std::size_t kBarrierCallFixedSize = 32;
 inline constexpr std::size_t kFixedReplySize = 16;
 
 struct VectorCall {
@@ -64,7 +67,18 @@ Bytes encode_version_call(std::uint32_t request_id, VersionCallKind kind, std::s
                           std::uint64_t version = 0, std::uint64_t timeout_ms = 0);
 VersionCall decode_version_call(std::span<const std::uint8_t> body);
 
-// The reply to either call.
+struct BarrierCall {
+  std::string name;
+  std::uint64_t parties = 0;
+  std::uint64_t timeout_ms = 0;
+  std::uint64_t session = 0;  // the client's control session here (hello's reply), whose close breaks the barrier
+};
+
+Bytes encode_barrier_call(std::uint32_t request_id, std::string_view name, std::uint64_t parties,
+                          std::uint64_t timeout_ms, std::uint64_t session);
+BarrierCall decode_barrier_call(std::span<const std::uint8_t> body);
+
+// The reply to any of the calls.
 struct FixedReply {
   Errc code = Errc::ok;
   std::uint64_t version = 0;  // the buffer's version here after the op, or the one reached

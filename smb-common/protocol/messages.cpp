@@ -36,6 +36,7 @@ const char* message_name(std::uint16_t type) {
     case MessageType::barrier: return "barrier";
     case MessageType::vector_call: return "vector_call";
     case MessageType::version_call: return "version_call";
+    case MessageType::barrier_call: return "barrier_call";
   }
   return "unknown";
 }

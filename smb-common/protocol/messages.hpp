@@ -37,7 +37,7 @@ inline constexpr std::size_t kMaxBodyDepth = 16;
 inline constexpr std::size_t kMaxErrorLength = 1024;
 
 enum class MessageType : std::uint16_t {
-  hello = 1,           // {client, transport, address(bin)} -> {server, transport, address(bin), capacity}
+  hello = 1,           // {client, transport, address(bin)} -> {server, transport, address(bin), session}
   reserve_name = 2,    // home server: {name, layout(bin)} -> {}
   commit_layout = 3,   // home server: {name} -> {}
   get_layout = 4,      // home server: {name} -> {layout(bin)}
@@ -56,6 +56,7 @@ enum class MessageType : std::uint16_t {
   barrier = 17,        // home: {name, parties, timeout_ms} -> {} once all arrived (deferred)
   vector_call = 18,    // vector_op as a data-path call, in a fixed binary body (fixed_calls.hpp)
   version_call = 19,   // get_version / wait_version as a data-path call, the same way
+  barrier_call = 20,   // barrier as a data-path call, the same way (names its client's session)
 };
 
 const char* message_name(std::uint16_t type);

@@ -102,12 +102,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       auto counted = answers.add(!may_wait(type));
       control.serve(1 + ((how >> 1) & 1), type, bytes, {}, [counted](protocol::Body) { counted(); });
     } else {
-      // The frame's own header decides the type; a call can only wait as a version_call.
+      // The frame's own header decides the type; a call can only wait as a version_call or barrier_call.
       const std::size_t split = std::min<std::size_t>(how >> 1, length);
       transport::Bytes frame(bytes.begin(), bytes.end() - static_cast<std::ptrdiff_t>(split));
       transport::Bytes payload(bytes.end() - static_cast<std::ptrdiff_t>(split), bytes.end());
       const auto call_type = frame.size() >= 8 ? static_cast<std::uint16_t>(frame[6] | frame[7] << 8) : 0;
-      auto counted = answers.add(call_type != static_cast<std::uint16_t>(MessageType::version_call));
+      auto counted = answers.add(call_type != static_cast<std::uint16_t>(MessageType::version_call) &&
+                                 call_type != static_cast<std::uint16_t>(MessageType::barrier_call));
       control.serve_call(std::move(frame), std::move(payload), [counted](transport::Bytes) { counted(); });
     }
     // Let the io thread's and the worker pool's work finish before the next request.

@@ -139,6 +139,8 @@ void request_seeds() {
   record(calls, 1 | (16 << 1), 0, frame);
   record(calls, 1, 0, protocol::encode_version_call(10, protocol::VersionCallKind::get, "w"));
   record(calls, 1, 0, protocol::encode_version_call(11, protocol::VersionCallKind::wait, "w", 2, 5));
+  record(calls, 1, 0, protocol::encode_barrier_call(12, "b", 2, 5, 1));
+  record(calls, 1, 0, protocol::encode_barrier_call(13, "b", 2, 5, 2));
   write("fuzz_requests", "calls-and-locks", calls);
 }
 

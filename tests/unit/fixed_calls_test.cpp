@@ -51,6 +51,19 @@ TEST(FixedCalls, VersionCallRoundTrips) {
   EXPECT_EQ(call.timeout_ms, 2500u);
 }
 
+TEST(FixedCalls, BarrierCallRoundTripsAndChecksItsName) {
+  const auto call = decode_barrier_call(body_of(encode_barrier_call(4, "epoch/3", 8, 60000, 12)));
+  EXPECT_EQ(call.name, "epoch/3");
+  EXPECT_EQ(call.parties, 8u);
+  EXPECT_EQ(call.timeout_ms, 60000u);
+  EXPECT_EQ(call.session, 12u);
+  auto frame = encode_barrier_call(4, "ab", 2, 1, 1);
+  frame.back() = ' ';  // a name the server would keep must be a valid name
+  EXPECT_EQ(code_of([&] { decode_barrier_call(body_of(frame)); }), Errc::invalid_argument);
+  frame[kHeaderSize + 26] = 1;  // reserved
+  EXPECT_EQ(code_of([&] { decode_barrier_call(body_of(frame)); }), Errc::protocol);
+}
+
 TEST(FixedCalls, RepliesRoundTripAndCutLongMessages) {
   const auto ok = decode_fixed_reply(MessageType::vector_call,
                                      encode_fixed_reply(MessageType::vector_call, 3, {Errc::ok, 77, {}}));

@@ -1,0 +1,64 @@
+#pragma once
+// Barriers: N parties meet under a name on the name's home server. Kept apart
+// from Coordination (io-thread state) for the same reason as version waits:
+// a barrier that comes as a data-path call (barrier_call) is met where it
+// arrives, on the transport's thread, and its last party answers every
+// other from there, so a barrier costs about one call round trip rather than
+// hand-offs to the io thread and the control connections' TCP. Only
+// timeouts need the io thread (deadline_timer.hpp).
+//
+// A party that goes breaks the barrier for the others (server_gone, never a
+// hang): a control connection's arrival belongs to its session; a call names
+// the session of its client's control connection, whose close ends it.
+#include "deadline_timer.hpp"
+#include "registry.hpp"
+#include "replies.hpp"
+
+#include <boost/asio.hpp>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace smb::server {
+
+class Barriers {
+ public:
+  explicit Barriers(boost::asio::io_context& io);
+
+  // `session` arrives at barrier `name` of `parties`. Every party is answered
+  // when the last arrives; this one alone with Errc::timeout after `timeout`;
+  // all with Errc::server_gone when a party's session closes first. With
+  // `reply_on_io` (a session's request) the reply is sent on the io thread,
+  // else from any thread. Any thread; throws smb::Error for a wrong request.
+  void arrive(SessionId session, const std::string& name, std::uint64_t parties, std::chrono::milliseconds timeout,
+              const VersionReplyFn& reply, bool reply_on_io);
+
+  // The session's arrivals break their barriers (io thread).
+  void session_closed(SessionId session);
+
+ private:
+  using Clock = DeadlineTimer::Clock;
+  struct Arrival {
+    SessionId session;
+    Clock::time_point deadline;
+    VersionReplyFn reply;
+    bool reply_on_io;
+  };
+  struct Barrier {
+    std::uint64_t parties = 0;
+    std::vector<Arrival> arrived;
+  };
+
+  void answer(Arrival& arrival, protocol::FixedReply answer);
+  void expire();  // io thread: the earliest deadline passed
+
+  boost::asio::io_context& io_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, Barrier> barriers_;
+  DeadlineTimer timer_;
+};
+
+}  // namespace smb::server
