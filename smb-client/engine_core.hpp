@@ -33,6 +33,11 @@ class EngineCore {
   std::string barrier_name(const std::string& what) const;
   void group_barrier(const std::string& what);
   void exchange(std::span<float> params);
+  // Synchronous mode, pipelined (engine_sync_exchange.cpp).
+  void create_sync_buffers();
+  void synchronous_exchange(std::span<float> params);
+  std::uint64_t sync_chunks() const;
+  static constexpr std::uint64_t kSyncChunkFloats = 256 * 1024;  // 1 MiB: a stripe, one call
   void broadcast_in_group(std::span<float> params);
   void finish_pending();
 
@@ -47,6 +52,7 @@ class EngineCore {
   Buffer delta_;       // this group's delta area (roots)
   Buffer group_area_;  // kGroupSums sums + a broadcast slot
   Buffer sums_[2];     // synchronous mode: alternating sums
+  Buffer ready_;       // synchronous mode: per chunk, how many roots have added it
   std::vector<float> scratch_;
   std::vector<float> push_;             // what the overlapped push sends (kept until it is done)
   std::vector<float> last_pull_;        // downpour

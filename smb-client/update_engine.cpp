@@ -9,6 +9,8 @@
 //                      the servers and reads the sum back) and one the root
 //                      broadcasts through
 //   NAME/sum/0, /1     synchronous mode: alternating sums of the roots' W
+//   NAME/ready         synchronous mode: per chunk, the roots that added it
+//                      (engine_sync_exchange.cpp)
 //   NAME/nccl-id/G     GPU groups: the NCCL id the root hands its members
 // GPU groups (cuda_device >= 0) replace the group's slots with NCCL
 // (gpu/gpu_group.hpp); the root exchanges through a host copy of W.
@@ -80,15 +82,12 @@ void EngineCore::initialize(std::span<float> params) {
       const std::vector<std::byte> zeros(bytes_ * kGroupSums);
       group_area_.write(0, zeros);  // the sums start at zero (scale by 0 would keep a NaN)
     }
-    delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_);
-    for (int k = 0; k < 2 && c.mode == UpdateMode::synchronous; ++k)
-      sums_[k] = client_.open_or_create(c.name + "/sum/" + std::to_string(k), bytes_);
+    if (c.mode != UpdateMode::synchronous) delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_);
     if (c.group == 0) {
       global_ = client_.open_or_create(c.name + "/global", bytes_);
       global_.write(0, bytes_of(std::span<const float>(host)));
-      for (auto& sum : sums_)
-        if (sum.valid()) sum.apply(VectorOp::scale, DType::f32, 0, c.parameters, 0.0);
     }
+    if (c.mode == UpdateMode::synchronous) create_sync_buffers();
   }
   client_.barrier(c.name + "/init", c.groups * c.group_size, c.timeout);
   if (!global_.valid()) global_ = client_.open(c.name + "/global");
@@ -174,19 +173,9 @@ void EngineCore::exchange(std::span<float> params) {
       last_pull_.assign(params.begin(), params.end());
       break;
     }
-    case UpdateMode::synchronous: {
-      auto& sum = sums_[exchanges_ % 2];
-      delta_.write(0, bytes_of(std::span<const float>(params)));
-      sum.apply_from(VectorOp::axpy, DType::f32, 0, n, 1.0 / config_.groups, delta_, 0);
-      client_.barrier(config_.name + "/sum-pushed", config_.groups, config_.timeout);
-      sum.read(0, bytes_of(params));
-      client_.barrier(config_.name + "/sum-read", config_.groups, config_.timeout);
-      // Zeroed for its next use two exchanges on, which every root reaches
-      // only after the next exchange's barrier, i.e. after this.
-      if (config_.group == 0) sum.apply(VectorOp::scale, DType::f32, 0, n, 0.0);
-      if (config_.group == 0) global_.write(0, bytes_of(std::span<const float>(params)));
+    case UpdateMode::synchronous:
+      synchronous_exchange(params);
       break;
-    }
   }
   ++exchanges_;
 }

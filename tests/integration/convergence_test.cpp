@@ -162,6 +162,53 @@ TEST_P(ConvergenceTest, FourWorkersInTwoGroupsReachTheAccuracyOfOne) {
   }
 }
 
+// The synchronous exchange is pipelined in 1 MiB chunks with per-chunk
+// counters (engine_sync_exchange.cpp): with parameters spanning several
+// chunks and a partial last one, four groups' exchanges give every group,
+// and the global weights, exactly the mean (a power of two of groups: W/4
+// is exact in floats) -- three times in a row, so that
+// both alternating sums and the growing counters are used again.
+TEST_P(ConvergenceTest, SynchronousExchangeAveragesEveryChunkExactly) {
+  constexpr std::uint64_t kFloats = 2 * 256 * 1024 + 1000;
+  constexpr int kGroups = 4, kExchanges = 3;
+  std::vector<std::thread> workers;
+  std::vector<std::string> errors(kGroups);
+  for (int g = 0; g < kGroups; ++g)
+    workers.emplace_back([&, g] {
+      try {
+        auto client = make_client();
+        smb::EngineConfig config;
+        config.name = "sync-chunks";
+        config.parameters = kFloats;
+        config.groups = kGroups;
+        config.group = static_cast<std::uint32_t>(g);
+        config.mode = smb::UpdateMode::synchronous;
+        config.timeout = std::chrono::seconds(60);
+        smb::UpdateEngine engine(client, config);
+        std::vector<float> w(kFloats, 0.0f);
+        engine.initialize(w);
+        for (int e = 0; e < kExchanges; ++e) {
+          // Group g holds 2g + i % 7 + e: the mean is 3 + i % 7 + e.
+          for (std::uint64_t i = 0; i < kFloats; ++i) w[i] = static_cast<float>(g * 2 + i % 7 + e);
+          engine.after_step(w);
+          for (std::uint64_t i = 0; i < kFloats; ++i)
+            if (w[i] != static_cast<float>(3 + i % 7 + e))
+              throw std::runtime_error("exchange " + std::to_string(e) + ", group " + std::to_string(g) +
+                                       ": element " + std::to_string(i) + " is " + std::to_string(w[i]));
+        }
+        std::vector<float> global(kFloats);
+        engine.global_weights(global);
+        for (std::uint64_t i = 0; i < kFloats; ++i)
+          if (global[i] != static_cast<float>(3 + i % 7 + kExchanges - 1))
+            throw std::runtime_error("global weight " + std::to_string(i) + " is " + std::to_string(global[i]));
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(g)] = e.what();
+      }
+    });
+  for (auto& t : workers) t.join();
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Fabrics, ConvergenceTest, testing::ValuesIn(multi_server_fabrics()), fabric_name);
 
 }  // namespace

@@ -1,0 +1,97 @@
+// The update engine's synchronous exchange, pipelined (the BytePS argument):
+// every root adds W/groups into the current sum chunk by chunk while it reads
+// back the chunks that every root has added already, so a worker's link
+// carries the push and the pull at the same time (full duplex) instead of
+// one after the other, and the servers add as the chunks come.
+//
+//   push thread:  for chunk k: sum[k] += W[k]/groups (axpy, x inline);
+//                 then ready[k] += 1 (an atomic on the fabric)
+//   this thread:  for chunk k: wait until ready[k] = groups x (exchange+1);
+//                 read sum[k] into W[k]
+//   then          group 0 copies the sum into the global weights; barrier;
+//                 group 0 zeroes the sum (both on the servers: no bytes on
+//                 the network)
+//
+// The counters only grow (one add per root and exchange), so nothing resets
+// them; the sums alternate, so the one just read is zeroed while the next
+// exchange adds into the other.
+#include "engine_core.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <thread>
+
+namespace smb::detail {
+
+namespace {
+std::span<const std::byte> bytes_of(std::span<const float> v) { return std::as_bytes(v); }
+std::span<std::byte> bytes_of(std::span<float> v) { return std::as_writable_bytes(v); }
+}  // namespace
+
+std::uint64_t EngineCore::sync_chunks() const {
+  return (config_.parameters + kSyncChunkFloats - 1) / kSyncChunkFloats;
+}
+
+void EngineCore::create_sync_buffers() {
+  const auto& c = config_;
+  for (int k = 0; k < 2; ++k) sums_[k] = client_.open_or_create(c.name + "/sum/" + std::to_string(k), bytes_);
+  ready_ = client_.open_or_create(c.name + "/ready", sync_chunks() * sizeof(std::uint64_t));
+  if (c.group != 0) return;
+  for (auto& sum : sums_) sum.apply(VectorOp::scale, DType::f32, 0, c.parameters, 0.0);
+  const std::vector<std::byte> zeros(ready_.size());
+  ready_.write(0, zeros);
+}
+
+void EngineCore::synchronous_exchange(std::span<float> params) {
+  const auto& c = config_;
+  auto& sum = sums_[exchanges_ % 2];
+  const std::uint64_t chunks = sync_chunks();
+  const std::uint64_t target = static_cast<std::uint64_t>(c.groups) * (exchanges_ + 1);
+  auto chunk = [&](std::uint64_t k) {
+    const std::uint64_t first = k * kSyncChunkFloats;
+    return std::pair{first, std::min(kSyncChunkFloats, c.parameters - first)};
+  };
+  auto push = std::async(std::launch::async, [&] {
+    for (std::uint64_t k = 0; k < chunks; ++k) {
+      const auto [first, count] = chunk(k);
+      sum.apply(VectorOp::axpy, DType::f32, first * sizeof(float), count, 1.0 / c.groups,
+                bytes_of(std::span<const float>(params).subspan(first, count)));
+      ready_.fetch_add(k * sizeof(std::uint64_t), 1);
+    }
+  });
+  // Reads overwrite params chunk by chunk: a chunk is read only after this
+  // root's own push of it is counted, so its x has been sent already.
+  try {
+    const auto deadline = std::chrono::steady_clock::now() + c.timeout;
+    for (std::uint64_t k = 0; k < chunks; ++k) {
+      auto pause = std::chrono::microseconds(20);
+      while (ready_.fetch_add(k * sizeof(std::uint64_t), 0) < target) {
+        if (std::chrono::steady_clock::now() > deadline)
+          throw Error(Errc::timeout, "update engine '" + c.name + "': synchronous exchange " +
+                                         std::to_string(exchanges_) + ": not every group pushed chunk " +
+                                         std::to_string(k) + " in time");
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      }
+      const auto [first, count] = chunk(k);
+      sum.read(first * sizeof(float), bytes_of(params.subspan(first, count)));
+    }
+  } catch (...) {
+    push.wait();  // it reads params
+    throw;
+  }
+  push.get();
+  // The sum is complete (every chunk counted): group 0 makes it the global
+  // weights before the barrier, so that every root finds them there after it.
+  if (c.group == 0) {
+    global_.apply(VectorOp::scale, DType::f32, 0, c.parameters, 0.0);
+    global_.apply_from(VectorOp::accumulate, DType::f32, 0, c.parameters, 1.0, sum, 0);
+  }
+  client_.barrier(c.name + "/sum-read", c.groups, c.timeout);
+  // Zeroed for its next use two exchanges on, which every root reaches only
+  // after the next exchange's barrier, i.e. after this.
+  if (c.group == 0) sum.apply(VectorOp::scale, DType::f32, 0, c.parameters, 0.0);
+}
+
+}  // namespace smb::detail
