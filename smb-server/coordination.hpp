@@ -31,8 +31,8 @@ namespace smb::server {
 
 class Coordination {
  public:
-  Coordination(boost::asio::io_context& io, Registry& registry, std::uint64_t max_locks_per_session)
-      : io_(io), registry_(registry), max_locks_per_session_(max_locks_per_session) {}
+  Coordination(boost::asio::io_context& io, std::uint64_t max_locks_per_session)
+      : io_(io), max_locks_per_session_(max_locks_per_session) {}
 
   // The deferred requests (message_routes.cpp): each answers through
   // `reply` once its condition holds, its timeout passes or its party goes.
@@ -84,7 +84,6 @@ class Coordination {
   void clear_waiting(SessionId session, std::uint64_t id);
 
   boost::asio::io_context& io_;
-  Registry& registry_;
   const std::uint64_t max_locks_per_session_;
   std::map<std::string, Lock> locks_;
   std::unordered_map<std::uint64_t, HeldLock> held_;             // token -> where it is held

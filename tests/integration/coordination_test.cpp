@@ -4,17 +4,13 @@
 // dies.
 #include "expect_error.hpp"
 #include "fabric.hpp"
+#include "party.hpp"
 
 #include <smb/client.hpp>
 
 #include <gtest/gtest.h>
 
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <csignal>
 #include <future>
 #include <span>
 #include <thread>
@@ -25,56 +21,6 @@ namespace {
 using namespace smb::test;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-// A child process that runs `body` with its own client, signals readiness
-// through a pipe, then waits to be killed. Forked before the test process
-// makes any client of its own.
-class Child {
- public:
-  template <class Body>
-  Child(Body body) {
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::close(fds[0]);
-      try {
-        body(fds[1]);
-      } catch (...) {
-        ::_exit(3);
-      }
-      ::_exit(0);
-    }
-    ::close(fds[1]);
-    ready_fd_ = fds[0];
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (ready_fd_ >= 0) ::close(ready_fd_);
-  }
-  // True once the child wrote its byte (within 10 s).
-  bool wait_ready() {
-    char byte = 0;
-    return ::read(ready_fd_, &byte, 1) == 1;
-  }
-  void kill() {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int ready_fd_ = -1;
-};
-
-void signal_ready(int fd) {
-  const char byte = 1;
-  [[maybe_unused]] auto n = ::write(fd, &byte, 1);
-}
 
 class CoordinationTest : public FabricTest {};
 
@@ -151,20 +97,11 @@ TEST_P(CoordinationTest, AnExpiredLeaseHandsTheLockOnAndItsUnlockFails) {
 }
 
 TEST_P(CoordinationTest, AKilledHolderLosesItsLockAtOnce) {
-  const auto options = client_options();
-  Child holder([&](int ready) {
-    smb::Client client(options);
-    smb::LockOptions long_lease;
-    long_lease.lease = 60s;
-    auto lock = client.lock("orphan", long_lease);
-    signal_ready(ready);
-    std::this_thread::sleep_for(60s);
-  });
-  ASSERT_TRUE(holder.wait_ready());
+  Party holder(server_list(), {"lock", "orphan"});  // holds it with a 60 s lease
   auto client = make_client();
   smb::LockOptions quick;
   quick.timeout = 200ms;
-  expect_errc(smb::Errc::timeout, [&] { client.lock("orphan", quick); }, "held by the live child");
+  expect_errc(smb::Errc::timeout, [&] { client.lock("orphan", quick); }, "held by the live party");
   holder.kill();
   const auto begin = Clock::now();
   auto lock = client.lock("orphan");
@@ -211,17 +148,11 @@ TEST_P(CoordinationTest, WaitsDoNotHoldUpTheClientsOtherRequests) {
 }
 
 TEST_P(CoordinationTest, BarrierWithAKilledParticipantIsAnErrorNotAHang) {
-  const auto options = client_options();
-  Child participant([&](int ready) {
-    smb::Client client(options);
-    signal_ready(ready);
-    client.barrier("doomed", 3, 60s);
-  });
-  ASSERT_TRUE(participant.wait_ready());
+  Party participant(server_list(), {"barrier", "doomed", "3"});
   auto client = make_client();
   auto mine = std::async(std::launch::async, [&] { client.barrier("doomed", 3, 30s); });
-  // The child signals just before its barrier call: give it ample time to
-  // arrive (slow under ASan on a busy machine); the third party never will.
+  // The party says ready just before its barrier call: give it ample time to
+  // arrive (slow under ASan or emulation); the third party never will.
   std::this_thread::sleep_for(1500ms);
   participant.kill();
   ASSERT_EQ(mine.wait_for(10s), std::future_status::ready) << "the barrier hung after a participant died";

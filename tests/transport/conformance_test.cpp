@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <chrono>
@@ -252,6 +254,30 @@ TEST_P(TransportConformance, AGoneServerFailsOpsInsteadOfHanging) {
     EXPECT_EQ(e.code(), Errc::server_gone) << e.what();
   }
   EXPECT_TRUE(channel_->failure().has_value());
+}
+
+// rdma-core's device contexts do not survive fork(): a child of a process
+// that used native verbs is told so at connect, instead of failing its first
+// post with a bare EPERM.
+TEST_P(TransportConformance, AClientForkedAfterRdmaUseIsToldWhy) {
+  if (GetParam().transport != "verbs") GTEST_SKIP() << "a native verbs matter (UCX: its own fork rules)";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      auto transport = make_client_transport("verbs");
+      transport->connect(server_->address(), peer_);
+    } catch (const Error& e) {
+      ::_exit(std::string(e.what()).find("fork") != std::string::npos ? 0 : 2);
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(4);  // connected: nothing said
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: an error that does not name fork; 4: no error at all";
 }
 
 std::string case_name(const testing::TestParamInfo<TransportCase>& param) { return param.param.label; }

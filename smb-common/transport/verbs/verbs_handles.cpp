@@ -2,11 +2,14 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 namespace smb::transport::verbs {
 
@@ -47,7 +50,27 @@ void IdDeleter::operator()(rdma_cm_id* id) const {
   rdma_destroy_id(id);
 }
 
+namespace {
+// Set in a child forked after this process first used rdma-core.
+std::atomic<bool> forked_after_rdma{false};
+}  // namespace
+
+// rdma-core opens every device once, on first use, and keeps the contexts;
+// they belong to the process that opened them, so a child forked after that
+// gets EPERM from the kernel on its first post ("ibv_post_send: Permission
+// denied"). Say what happened instead.
+void refuse_if_forked_after_rdma(const char* who) {
+  static std::once_flag registered;
+  std::call_once(registered, [] { ::pthread_atfork(nullptr, nullptr, [] { forked_after_rdma = true; }); });
+  if (forked_after_rdma)
+    throw Error(Errc::transport, std::string(who) +
+                                     ": this process was forked from one that had used RDMA already; "
+                                     "rdma-core's device contexts do not survive fork(). Use native verbs "
+                                     "in a process that exec'd (or forked before its parent used RDMA)");
+}
+
 EventChannelPtr make_event_channel(const char* who) {
+  refuse_if_forked_after_rdma(who);
   EventChannelPtr channel(rdma_create_event_channel());
   if (!channel) throw_errno(std::string(who) + ": rdma_create_event_channel", errno);
   // Non-blocking: the server's loop and the client's progress() poll it.
