@@ -140,6 +140,33 @@ Request BufferCore::read(std::uint64_t offset, std::span<std::byte> out) {
                   });
 }
 
+namespace {
+// Where an atomic's old value lands, beside its completion: both live as long
+// as the transport holds the op, even if the caller's wait gives up on it.
+struct AtomicWord {
+  transport::Completion completion;
+  std::uint64_t old = 0;
+};
+
+// This thread's word for its next atomic: the last one again when nobody
+// else holds it any more (an op that timed out may still be held by the
+// transport), so that an atomic allocates nothing and counts no references
+// (`completion` aliases `word`: two owners at rest).
+struct SpareAtomicWord {
+  std::shared_ptr<AtomicWord> word;
+  transport::CompletionPtr completion;
+};
+SpareAtomicWord& spare_atomic_word() {
+  thread_local SpareAtomicWord spare;
+  if (!spare.word || spare.word.use_count() != 2 || !spare.word->completion.done() ||
+      spare.word->completion.failed()) {
+    spare.word = std::make_shared<AtomicWord>();
+    spare.completion = transport::CompletionPtr(spare.word, &spare.word->completion);
+  }
+  return spare;
+}
+}  // namespace
+
 std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::uint64_t a, std::uint64_t b) {
   const char* op = compare_swap ? "compare-swap" : "fetch-add";
   check_range(op, offset, sizeof(std::uint64_t));
@@ -147,22 +174,24 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
     throw Error(Errc::invalid_argument, describe(op, offset, 8) + ": offset must be 8-byte aligned");
   // Stripe units are multiples of 8, so an aligned word never straddles servers.
   const auto piece = protocol::locate(geometry(), offset);
-  // The old value lands beside the completion: both live as long as the
-  // transport holds the op, even if this wait gives up on it.
-  struct Word {
-    transport::Completion completion;
-    std::uint64_t old = 0;
-  };
-  auto word = std::make_shared<Word>();
-  one_piece(op, offset, sizeof(std::uint64_t), piece, transport::CompletionPtr(word, &word->completion),
-            [&](transport::Channel& channel, transport::RemoteSegment& segment, const auto& completion) {
-              if (compare_swap)
-                channel.compare_swap(segment, piece.local_offset, a, b, &word->old, completion);
-              else
-                channel.fetch_add(segment, piece.local_offset, a, &word->old, completion);
-            })
-      .wait();
-  return word->old;
+  auto& spare = spare_atomic_word();
+  AtomicWord& word = *spare.word;
+  auto* link = links_[piece.server];
+  link->check_alive();
+  word.completion.expect();
+  auto& segment = *segments_[piece.server];
+  if (compare_swap)
+    link->channel->compare_swap(segment, piece.local_offset, a, b, &word.old, spare.completion);
+  else
+    link->channel->fetch_add(segment, piece.local_offset, a, &word.old, spare.completion);
+  // On shared memory or a NIC with native atomics the op is usually done here.
+  if (!word.completion.done() || word.completion.failed()) {
+    auto state = new_state(op, offset, sizeof(std::uint64_t));
+    state->completion = spare.completion;  // the request (and the transport) keep the word alive
+    state->links.push_back(link);
+    Request(state).wait();
+  }
+  return word.old;
 }
 
 void BufferCore::close() {

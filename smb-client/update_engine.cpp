@@ -77,7 +77,7 @@ void EngineCore::initialize(std::span<float> params) {
     if (root() && c.group == 0) gpu_->to_staging(params, "initialize");
   }
   if (root()) {
-    if (!gpu_) {
+    if (!gpu_ && c.group_size > 1) {  // a group of one has nothing to reduce or broadcast
       group_area_ = client_.open_or_create(c.name + "/group/" + group, bytes_ * (kGroupSums + 1));
       const std::vector<std::byte> zeros(bytes_ * kGroupSums);
       group_area_.write(0, zeros);  // the sums start at zero (scale by 0 would keep a NaN)
@@ -91,7 +91,7 @@ void EngineCore::initialize(std::span<float> params) {
   }
   client_.barrier(c.name + "/init", c.groups * c.group_size, c.timeout);
   if (!global_.valid()) global_ = client_.open(c.name + "/global");
-  if (!gpu_ && !group_area_.valid()) group_area_ = client_.open(c.name + "/group/" + group);
+  if (!gpu_ && c.group_size > 1 && !group_area_.valid()) group_area_ = client_.open(c.name + "/group/" + group);
   global_.read(0, bytes_of(host));
   if (gpu_) gpu_->from_staging(params, "initialize");
   if (c.mode == UpdateMode::downpour && root()) last_pull_.assign(host.begin(), host.end());

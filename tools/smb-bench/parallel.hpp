@@ -1,5 +1,6 @@
 #pragma once
 // Runs a benchmark body on N threads that start together, and times them.
+#include "op_clock.hpp"
 #include "results.hpp"
 
 #include <atomic>
@@ -82,12 +83,16 @@ PhaseResult run_timed_ops(std::uint32_t threads, std::uint64_t iters, std::uint6
     PhaseResult& mine = results[context.index];
     mine.latencies_ns.reserve(static_cast<std::size_t>(iters));
     context.start();
+    // One clock read per op, as ucx_perftest takes one timestamp per
+    // iteration: the end of one sample is the start of the next. Two reads
+    // of steady_clock per op cost a shared-memory atomic half its time.
+    static const OpClock clock;
+    auto last = clock.now();
     for (std::uint64_t i = 0; i < iters && !context.stop; ++i) {
-      const auto begin = std::chrono::steady_clock::now();
       op(context.index, i);
-      const auto elapsed = std::chrono::steady_clock::now() - begin;
-      mine.latencies_ns.push_back(
-          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()));
+      const auto now = clock.now();
+      mine.latencies_ns.push_back(clock.ns(now - last));
+      last = now;
       ++mine.ops;
       mine.bytes += bytes_per_op;
     }

@@ -1,6 +1,8 @@
 #include "transport/ucx/ucx_client.hpp"
+
 #include "transport/client_idle.hpp"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -37,7 +39,11 @@ std::unique_ptr<OpContext> UcxClientTransport::op_context(CompletionPtr completi
     ctx = std::move(spare_ops_.back());
     spare_ops_.pop_back();
   }
-  *ctx = OpContext{this, std::move(completion), operand, peer, op};
+  ctx->transport = this;
+  ctx->completion = std::move(completion);
+  ctx->operand = operand;
+  if (ctx->peer != peer) ctx->peer = peer;  // a spare context keeps its last peer: no count per op
+  ctx->op = op;
   return ctx;
 }
 
@@ -52,8 +58,7 @@ void UcxClientTransport::finish_op(void* user_data, ucs_status_t status) {
                                 : Errc::transport,
                             "server " + *ctx->peer + ": " + ctx->op + ": UCX error: " + ucs_status_string(status));
   UcxClientTransport* transport = ctx->transport;
-  ctx->completion.reset();
-  ctx->peer.reset();
+  ctx->completion.reset();  // the caller's completion may be reused once nobody holds it
   if (transport->spare_ops_.size() < kSpareOps) transport->spare_ops_.push_back(std::move(ctx));
 }
 
@@ -100,6 +105,7 @@ UcxClientTransport::UcxClientTransport(DataProtocol protocol)
   param.arg = this;
   param.flags = UCP_AM_FLAG_WHOLE_MSG;
   check_ucx(ucp_worker_set_am_recv_handler(worker_.get(), &param), "libsmb: installing AM handler");
+  if (ucp_worker_get_efd(worker_.get(), &event_fd_) != UCS_OK) event_fd_ = -1;  // then long waits sleep
 }
 
 UcxClientTransport::~UcxClientTransport() = default;
@@ -110,11 +116,50 @@ std::unique_ptr<Channel> UcxClientTransport::connect(const Bytes& server_address
 
 void UcxClientTransport::progress() {
   unsigned events;
+  std::uint64_t seen;
   {
     std::lock_guard lock(mutex_);
     events = ucp_worker_progress(worker_.get());
+    if (events != 0) {
+      ++generation_;
+      if (idle_sleepers_ > 0) idle_.notify_all();
+    }
+    seen = generation_;
   }
-  yield_when_idle(events != 0);
+  yield_when_idle(events != 0, [this, seen](std::chrono::microseconds limit) { return block_for_event(limit, seen); });
+}
+
+// A long wait sleeps instead of spinning (client_idle.hpp). One waiting
+// thread sleeps on the worker's event fd (armed, the worker's transports
+// signal it when anything arrives); other waiting threads sleep on `idle_`,
+// and whichever thread's progress finds events, or the fd's sleeper when it
+// wakes, wakes them all to look. Nobody sleeps when anything happened since
+// its own last look (`seen`, a generation of `generation_`).
+bool UcxClientTransport::block_for_event(std::chrono::microseconds limit, std::uint64_t seen) {
+  if (event_fd_ < 0) return false;
+  std::unique_lock lock(mutex_);
+  if (generation_ != seen) return true;  // progress at once
+  ++idle_sleepers_;
+  if (fd_sleeper_) {
+    idle_.wait_for(lock, limit, [&] { return generation_ != seen; });
+    --idle_sleepers_;
+    return true;
+  }
+  const ucs_status_t status = ucp_worker_arm(worker_.get());
+  if (status != UCS_OK) {  // UCS_ERR_BUSY: events are waiting, progress at once
+    --idle_sleepers_;
+    return status == UCS_ERR_BUSY;
+  }
+  fd_sleeper_ = true;
+  lock.unlock();
+  pollfd fd{event_fd_, POLLIN, 0};
+  ::poll(&fd, 1, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(limit).count()));
+  lock.lock();
+  fd_sleeper_ = false;
+  --idle_sleepers_;
+  ++generation_;  // woken (or timed out): the others look too
+  if (idle_sleepers_ > 0) idle_.notify_all();
+  return true;
 }
 
 void UcxClientTransport::abandon(const Completion& completion) {
@@ -127,18 +172,36 @@ void UcxClientTransport::fail_pending(UcxChannel* channel, Errc code, const std:
 }
 
 namespace {
-struct ReadContext {
+}  // namespace
+
+// A rendezvous reply's data is still on its way when the reply arrives: the
+// request keeps its credit until the data has landed, so that a client
+// reading a large region over a slow link cannot pile up more undelivered
+// replies at the server than its bound (reply_queue.hpp).
+struct UcxClientTransport::ReadContext {
   CompletionPtr completion;
+  UcxClientTransport* transport;
+  std::uint64_t token;
 };
-void read_received(void* /*request*/, ucs_status_t status, std::size_t /*length*/, void* user_data) {
+
+void UcxClientTransport::read_received(void* /*request*/, ucs_status_t status, std::size_t /*length*/,
+                                       void* user_data) {
   std::unique_ptr<ReadContext> ctx(static_cast<ReadContext*>(user_data));
+  ctx->transport->return_credit(ctx->token);
   if (status == UCS_OK)
     ctx->completion->finish();
   else
     ctx->completion->finish(Errc::transport, std::string("receiving read data: UCX error: ") +
                                                  ucs_status_string(status));
 }
-}  // namespace
+
+void UcxClientTransport::return_credit(std::uint64_t token) {
+  if (auto credited = credited_.find(token); credited != credited_.end()) {
+    UcxChannel* channel = credited->second;
+    credited_.erase(credited);
+    channel->credit_returned();
+  }
+}
 
 ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::size_t header_length,
                                           void* data, std::size_t length,
@@ -150,12 +213,17 @@ ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::si
   if (header_length == sizeof h) {
     std::memcpy(&h, header, sizeof h);
     pending = self->pending_.take(h.token);
-    if (auto call = self->calls_out_.find(h.token); call != self->calls_out_.end()) {
-      UcxChannel* channel = call->second;
-      self->calls_out_.erase(call);
-      channel->call_answered();
-    }
   }
+  // The credit comes back with the reply, or with its data (read_received).
+  bool data_pending = false;
+  struct CreditBack {
+    UcxClientTransport* transport;
+    std::uint64_t token;
+    const bool& data_pending;
+    ~CreditBack() {
+      if (!data_pending) transport->return_credit(token);
+    }
+  } credit_back{self, header_length == sizeof h ? h.token : 0, data_pending};
   if (!pending) {  // malformed, or its op was abandoned
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
     return UCS_OK;
@@ -193,7 +261,7 @@ ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::si
     std::memcpy(op.destination, data, length);
     op.completion->finish();
   } else {
-    auto ctx = std::make_unique<ReadContext>(ReadContext{op.completion});
+    auto ctx = std::make_unique<ReadContext>(ReadContext{op.completion, self, h.token});
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.recv_am = read_received;
@@ -207,6 +275,7 @@ ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::si
     } else {
       ucp_request_free(request);
       (void)ctx.release();
+      data_pending = true;  // read_received returns the credit
     }
   }
   return UCS_OK;
@@ -399,7 +468,7 @@ void UcxChannel::wire_up_replies() {
 
 UcxChannel::~UcxChannel() {
   std::unique_lock lock(transport_.mutex_);
-  std::erase_if(transport_.calls_out_, [this](const auto& entry) { return entry.second == this; });
+  std::erase_if(transport_.credited_, [this](const auto& entry) { return entry.second == this; });
   transport_.fail_pending(this, Errc::server_gone, "server " + peer_ + ": connection closed");
   if (ep_ != nullptr) close_endpoint(transport_.worker_.get(), ep_, health_.failed() || !peer_failure_detected_);
 }
@@ -464,9 +533,11 @@ void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, 
                          void* dst, std::size_t length, const CompletionPtr& completion, const char* op) {
   const std::uint64_t token =
       transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, dst, id == kAmRead ? length : 0, op});
-  AmRequestHeader header{token, seg.descriptor().id, offset, length};
-  send_request(id, &header, sizeof header, id == kAmWrite ? src : nullptr, id == kAmWrite ? length : 0,
-               token, completion, op);
+  const AmRequestHeader header{token, seg.descriptor().id, offset, length};
+  QueuedRequest request{id, {}, sizeof header, id == kAmWrite ? src : nullptr, id == kAmWrite ? length : 0, {},
+                        token, completion, op};
+  std::memcpy(request.header.data(), &header, sizeof header);
+  send_credited(std::move(request));
 }
 
 // Sends one request whose reply (matched by `token` in pending_) completes the op.
@@ -496,10 +567,10 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
     const std::uint64_t sent = c->token;
     transport.sends_.erase(sent);  // frees c
     if (status == UCS_OK) return;
-    if (auto call = transport.calls_out_.find(sent); call != transport.calls_out_.end()) {
-      UcxChannel* channel = call->second;  // a call that never left: its credit comes back now
-      transport.calls_out_.erase(call);
-      channel->call_answered();
+    if (auto call = transport.credited_.find(sent); call != transport.credited_.end()) {
+      UcxChannel* channel = call->second;  // a request that never left: its credit comes back now
+      transport.credited_.erase(call);
+      channel->credit_returned();
     }
     transport.pending_.fail(sent, Errc::transport, std::string("sending request: UCX error: ") + ucs_status_string(status));
   };
@@ -522,29 +593,35 @@ void UcxChannel::call(std::span<const std::uint8_t> frame, std::span<const std::
   if (!health_.admit(completion, "call")) return;
   const std::uint64_t token =
       transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, nullptr, 0, "call", reply});
-  QueuedCall call{token, frame, payload, completion};
-  if (calls_in_flight_ >= kCallCredits) return queued_calls_.push_back(std::move(call));
-  send_call(call);
+  const CallHeader header{token, static_cast<std::uint32_t>(frame.size()), 0};
+  QueuedRequest request{kAmCall, {}, sizeof header, frame.data(), frame.size(), payload, token, completion, "call"};
+  std::memcpy(request.header.data(), &header, sizeof header);
+  send_credited(std::move(request));
+}
+
+// Under the transport lock.
+void UcxChannel::send_credited(QueuedRequest request) {
+  if (in_flight_ >= kCallCredits) return queued_.push_back(std::move(request));
+  send_queued(request);
 }
 
 // Under the transport lock, with a credit free.
-void UcxChannel::send_call(const QueuedCall& call) {
-  ++calls_in_flight_;
-  transport_.calls_out_[call.token] = this;
-  const CallHeader header{call.token, static_cast<std::uint32_t>(call.frame.size()), 0};
-  send_request(kAmCall, &header, sizeof header, call.frame.data(), call.frame.size(), call.token, call.completion,
-               "call", call.payload);
-  if (!transport_.pending_.contains(call.token) && transport_.calls_out_.erase(call.token) != 0)
-    --calls_in_flight_;  // refused at once: no reply will come
+void UcxChannel::send_queued(const QueuedRequest& r) {
+  ++in_flight_;
+  transport_.credited_[r.token] = this;
+  send_request(r.id, r.header.data(), r.header_length, r.payload, r.payload_length, r.token, r.completion, r.op,
+               r.second);
+  if (!transport_.pending_.contains(r.token) && transport_.credited_.erase(r.token) != 0)
+    --in_flight_;  // refused at once: no reply will come
 }
 
 // Under the transport lock (inside progress).
-void UcxChannel::call_answered() {
-  if (calls_in_flight_ > 0) --calls_in_flight_;
-  while (calls_in_flight_ < kCallCredits && !queued_calls_.empty()) {
-    QueuedCall next = std::move(queued_calls_.front());
-    queued_calls_.pop_front();
-    if (transport_.pending_.contains(next.token)) send_call(next);  // else failed or abandoned meanwhile
+void UcxChannel::credit_returned() {
+  if (in_flight_ > 0) --in_flight_;
+  while (in_flight_ < kCallCredits && !queued_.empty()) {
+    QueuedRequest next = std::move(queued_.front());
+    queued_.pop_front();
+    if (transport_.pending_.contains(next.token)) send_queued(next);  // else failed or abandoned meanwhile
   }
 }
 
@@ -595,7 +672,9 @@ void UcxChannel::atomic(AtomicOp op, RemoteSegment& seg, std::uint64_t offset, s
         transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, result, sizeof(std::uint64_t), what});
     const AmAtomicHeader header{token, seg.descriptor().id, offset, static_cast<std::uint32_t>(op), 0,
                                 operand, compare};
-    send_request(kAmAtomic, &header, sizeof header, nullptr, 0, token, completion, what);
+    QueuedRequest request{kAmAtomic, {}, sizeof header, nullptr, 0, {}, token, completion, what};
+    std::memcpy(request.header.data(), &header, sizeof header);
+    send_credited(std::move(request));
     return;
   }
   auto& remote = static_cast<UcxRemoteSegment&>(seg);

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -70,6 +72,7 @@ class UcxClientTransport final : public ClientTransport {
   static ucs_status_t on_reply(void* arg, const void* header, std::size_t header_length, void* data,
                                std::size_t length, const ucp_am_recv_param_t* param);
   void fail_pending(UcxChannel* channel, Errc code, const std::string& message);
+  bool block_for_event(std::chrono::microseconds limit, std::uint64_t seen);  // client_idle.hpp
 
   // Send-side state of an "am" request: UCX reads the header until the send
   // completes. Owned here (not by the callback) so that sends still in flight
@@ -88,12 +91,23 @@ class UcxClientTransport final : public ClientTransport {
   std::mutex mutex_;  // guards the worker and everything below
   PendingTable<PendingAm> pending_;
   std::unordered_map<std::uint64_t, std::unique_ptr<SendContext>> sends_;  // by token
-  // Calls sent and not yet answered, by token: each holds one of its
-  // channel's credits until a reply with its token comes, even after the
-  // caller abandoned it (the server still answers it).
-  std::unordered_map<std::uint64_t, UcxChannel*> calls_out_;
+  // Requests sent and not yet answered (calls; reads, writes and atomics
+  // through the server), by token: each holds one of its channel's credits
+  // until a reply with its token comes, even after the caller abandoned it
+  // (the server still answers it).
+  std::unordered_map<std::uint64_t, UcxChannel*> credited_;
+  void return_credit(std::uint64_t token);  // its reply (and data) came: the channel may send the next
+  struct ReadContext;
+  static void read_received(void* request, ucs_status_t status, std::size_t length, void* user_data);
   std::vector<std::unique_ptr<OpContext>> spare_ops_;  // finished op contexts, for reuse
   DataProtocol protocol_;
+  // Waits that block (block_for_event): the worker's event fd (owned by the
+  // worker), and under mutex_ who sleeps on it and on `idle_`.
+  int event_fd_ = -1;
+  std::uint64_t generation_ = 0;  // progress rounds that found events, and fd wake-ups
+  bool fd_sleeper_ = false;
+  int idle_sleepers_ = 0;
+  std::condition_variable idle_;
   ContextPtr context_;
   WorkerPtr worker_;
   Bytes address_;
@@ -161,20 +175,29 @@ class UcxChannel final : public Channel {
   ucp_ep_h ep_ = nullptr;
   void wire_up_replies();
 
-  // Call credits (reply_queue.hpp): at most kCallCredits calls unanswered
-  // per server, as the server expects of an honest client; more wait here.
-  // Over shared memory the server's replies have nowhere to go until this
-  // client progresses, and the server drops replies past its bound.
-  struct QueuedCall {
+  // Credits (reply_queue.hpp): at most kCallCredits requests that the
+  // server answers (calls, and reads, writes and atomics through the server
+  // over "am") unanswered per server, as the server expects of an honest
+  // client; more wait here. The server drops replies past its bound: over
+  // shared memory because they have nowhere to go until this client
+  // progresses, over a slow link because a 100 MB read was hundreds of 1 MiB
+  // replies at once.
+  struct QueuedRequest {
+    unsigned id;
+    std::array<std::byte, sizeof(UcxClientTransport::SendContext::header)> header;
+    std::size_t header_length;
+    const void* payload;
+    std::size_t payload_length;
+    std::span<const std::byte> second;
     std::uint64_t token;
-    std::span<const std::uint8_t> frame;
-    std::span<const std::byte> payload;
     CompletionPtr completion;
+    const char* op;
   };
-  std::deque<QueuedCall> queued_calls_;
-  std::uint32_t calls_in_flight_ = 0;
-  void send_call(const QueuedCall& call);
-  void call_answered();  // a credit came back
+  std::deque<QueuedRequest> queued_;
+  std::uint32_t in_flight_ = 0;
+  void send_credited(QueuedRequest request);     // now, or queued until a credit comes back
+  void send_queued(const QueuedRequest& request);  // with a credit free
+  void credit_returned();
   bool use_am_ = false;                 // data through the server ("am") rather than RMA
   bool am_atomics_ = false;             // atomics through the server (no native atomic lane)
   bool peer_failure_detected_ = true;   // UCX reports the server's death on this endpoint
