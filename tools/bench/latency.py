@@ -17,9 +17,15 @@ and prints each ratio against the issue's targets:
                               ~0.1 us of memory time and left out)
   accumulate 4 KiB p99     <= 10 x its p50
   notify-to-wake p50       <= 5 x the 8 B ucp_am_lat round trip
+and, to explain notify on a machine of two cores, where both clients of the
+notify ping-pong share one CPU: the cost of two processes taking turns on
+one CPU (`perf bench sched pipe` pinned to the client CPU: a round trip is
+two switches), and notify / (one 4 B accumulate call + one switch).
 
-Usage: tools/bench/latency.py [--preset ci | --build DIR] [--iters N] [--poll] [--smbd-arg ARG]...
+Usage: tools/bench/latency.py [--preset ci | --build DIR] [--iters N] [--repeat N] [--poll] [--smbd-arg ARG]...
                               [--write-docs] [--plot]
+  --repeat      whole measurements (default 5): the table gives medians, and each
+                ratio's range over the runs (this machine's noise is 2x and more)
   --poll        run smbd with --poll (busy-polling progress)
   --smbd-arg    one more smbd argument, e.g. --smbd-arg=--spin-us=0 (sleep
                 at once after work, as smbd did before it spun)
@@ -131,6 +137,19 @@ def bench(build, tls, server, *args):
     return {"p50": doc["p50_us"], "p99": doc["p99_us"], "path": doc["paths"][0]}
 
 
+def switch_us():
+    """Half a `perf bench sched pipe` round trip with both processes on the
+    client CPU: one hand-over between two processes sharing a core. None
+    where perf is not installed (Debian: linux-perf)."""
+    try:
+        r = subprocess.run(["taskset", "-c", CLIENT_CPU, "perf", "bench", "sched", "pipe", "-l", "100000"],
+                           capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"([0-9.]+)\s+usecs/op", r.stdout)
+    return float(m.group(1)) / 2 if r.returncode == 0 and m else None
+
+
 def measure(build, tls, iters, log_dir, smbd_args=()):
     out = {"perftest": {}, "smb": {}}
     pt = out["perftest"]
@@ -139,6 +158,7 @@ def measure(build, tls, iters, log_dir, smbd_args=()):
     pt["put_lat"] = perftest(tls, "ucp_put_lat", 8, iters, log_dir)
     pt["am_lat"] = {size: perftest(tls, "ucp_am_lat", size, iters if size <= 65536 else iters // 10, log_dir)
                     for size in AM_SIZES}
+    pt["switch"] = switch_us()
     server = Smbd(build, tls, log_dir, smbd_args)
     try:
         smb = out["smb"]
@@ -175,16 +195,32 @@ def ratios(m):
         ("barrier of 2 p50 / ucp_am_lat 8 B round trip", smb["barrier2"]["p50"] / rt[8], None),
         ("barrier of 8 p50 / ucp_am_lat 8 B round trip", smb["barrier8"]["p50"] / rt[8], None),
         ("write 8 B p50 / ucp_put_lat p50", smb["write8"]["p50"] / pt["put_lat"], None),
-    ]
+    ] + ([("notify-to-wake p50 / (accumulate 4 B call p50 + one switch on a shared CPU)",
+           smb["notify"]["p50"] / (smb["accumulate"][4]["p50"] + pt["switch"]), None)] if pt.get("switch") else [])
+
+
+def median_run(runs):
+    """One run whose every number is the median over `runs` (same shape)."""
+    first = runs[0]
+    if isinstance(first, dict):
+        return {k: median_run([r[k] for r in runs]) for k in first}
+    if isinstance(first, (int, float)) and not isinstance(first, bool):
+        values = sorted(r for r in runs if r is not None)
+        return values[len(values) // 2] if values else None
+    return first
 
 
 def markdown(results):
+    repeats = len(next(iter(results.values())))
     lines = [BEGIN, "",
              "Measured by `tools/bench/latency.py` (one smbd and one client process on this 2-core machine, pinned "
              "to different CPUs; UCX's `ucx_perftest` in the same run). Latencies in microseconds, p50 unless "
-             "marked. Ratios are smb / UCX; a target is the issue's bound.", ""]
+             f"marked, each the median of {repeats} run(s) of the whole measurement. Ratios are smb / UCX, each "
+             "taken within one run; the table gives their median and, in brackets, their range over the runs; "
+             "a target is the issue's bound, judged on the median.", ""]
     for label, _ in TRANSPORTS:
-        m = results[label]
+        runs = results[label]
+        m = median_run(runs)
         pt, smb = m["perftest"], m["smb"]
         lines += [f"### {label}", "", f"Path: `{smb['fetch_add']['path']}`", "",
                   "| operation | smb p50 | smb p99 | UCX reference (p50) |", "|---|---|---|---|",
@@ -202,11 +238,19 @@ def markdown(results):
         lines += [f"| notify to wake | {smb['notify']['p50']:.2f} | {smb['notify']['p99']:.2f} | "
                   f"ucp_am_lat round trip {2 * pt['am_lat'][8]:.2f} (8 B) |",
                   f"| barrier of 2 | {smb['barrier2']['p50']:.2f} | {smb['barrier2']['p99']:.2f} | |",
-                  f"| barrier of 8 | {smb['barrier8']['p50']:.2f} | {smb['barrier8']['p99']:.2f} | |", "",
+                  f"| barrier of 8 | {smb['barrier8']['p50']:.2f} | {smb['barrier8']['p99']:.2f} | |"]
+        if pt.get("switch"):
+            lines.append(f"| (two processes taking turns on one CPU) | | | `perf bench sched pipe`: "
+                         f"{pt['switch']:.2f} per switch |")
+        lines += ["",
                   "| ratio | value | target | |", "|---|---|---|---|"]
-        for what, value, target in ratios(m):
+        per_run = [ratios(r) for r in runs]
+        for i, (what, _, target) in enumerate(per_run[0]):
+            values = sorted(run[i][1] for run in per_run if i < len(run))
+            value = values[len(values) // 2]
+            spread = f" [{values[0]:.1f}-{values[-1]:.1f}]" if len(values) > 1 else ""
             verdict = "" if target is None else ("meets" if value <= target else "**misses**")
-            lines.append(f"| {what} | {value:.1f} | {'' if target is None else f'<= {target}'} | {verdict} |")
+            lines.append(f"| {what} | {value:.1f}{spread} | {'' if target is None else f'<= {target}'} | {verdict} |")
         lines.append("")
     lines.append(END)
     return "\n".join(lines)
@@ -230,7 +274,7 @@ def plot(results):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, _ in TRANSPORTS:
-        m = results[label]
+        m = median_run(results[label])
         sizes = ACCUMULATE_SIZES
         ax.plot(sizes, [m["smb"]["accumulate"][s]["p50"] for s in sizes], "o-", label=f"smb accumulate p50, {label}")
         ax.plot(AM_SIZES, [2 * m["perftest"]["am_lat"][s] for s in AM_SIZES], "s--",
@@ -254,6 +298,7 @@ def main():
     p.add_argument("--preset", default="ci")
     p.add_argument("--build", help="the build directory (default build/PRESET): e.g. an older build, to compare")
     p.add_argument("--iters", type=int, default=10000)
+    p.add_argument("--repeat", type=int, default=5, help="whole measurements; medians are reported")
     p.add_argument("--write-docs", action="store_true")
     p.add_argument("--plot", action="store_true")
     p.add_argument("--poll", action="store_true", help="smbd --poll")
@@ -269,10 +314,11 @@ def main():
         mode += "-" + re.sub(r"[^A-Za-z0-9]+", "", "".join(args.smbd_arg))
     log_dir = os.path.join(build, "latency-" + ("old-" if args.smbd else "") + mode)
     os.makedirs(log_dir, exist_ok=True)
-    results = {}
-    for label, tls in TRANSPORTS:
-        print(f"== {label} (UCX_TLS={tls or 'unset'})", file=sys.stderr)
-        results[label] = measure(build, tls, args.iters, log_dir, smbd_args)
+    results = {label: [] for label, _ in TRANSPORTS}
+    for run in range(args.repeat):
+        for label, tls in TRANSPORTS:
+            print(f"== run {run + 1}/{args.repeat}: {label} (UCX_TLS={tls or 'unset'})", file=sys.stderr)
+            results[label].append(measure(build, tls, args.iters, log_dir, smbd_args))
     with open(os.path.join(log_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     text = markdown(results)
