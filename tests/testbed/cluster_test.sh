@@ -2,7 +2,8 @@
 # The fabric across hosts (tools/testbed/testbed.sh): 3 memory-server hosts
 # and 2 client hosts, network namespaces on one machine behind 1 Gbit/s
 # shaped links. A striped buffer is written from one client host and read
-# back and verified from the other, over TCP; a server host's smbd killed in
+# back and verified from the other, over TCP, also in reads whose replies
+# outrun the links; a server host's smbd killed in
 # the middle of a transfer makes the clients fail with "server gone" within
 # seconds (not at their timeout), and the surviving hosts keep serving.
 #
@@ -63,6 +64,20 @@ for log in write read; do
   [[ $(grep -c '^ *path .*am: tcp' "$LOGS/$log.log") == 3 ]] ||
     fail "$log: expected 3 servers reached over TCP across the links (path lines above)"
 done
+
+echo "== replies bigger than a link carries at once: the whole buffer in one read, 10 times"
+# Each read is 8 replies of 1 MiB in flight per server; they outrun the link,
+# so the servers' sends complete later. A server that lost track of such
+# sends (a UCX request freed while in flight loses its callback) counted them
+# as never delivered and, past its bound, dropped the client's replies: the
+# read hung.
+bench h5 "$LOGS/whole.log" --servers "$SERVERS" --op read --size 24M --block 24M --iters 10 --verify --name striped ||
+  fail "10 whole-buffer reads from h5: $(tail -5 "$LOGS/whole.log")"
+grep -q 'verify *ok' "$LOGS/whole.log" || fail "whole-buffer reads: no 'verify ok'"
+for h in h1 h2 h3; do
+  ! grep -q 'does not take its replies' "$LOGS/smbd-$h.log" || fail "smbd on $h dropped replies: $(grep -m1 'replies' "$LOGS/smbd-$h.log")"
+done
+sed 's/^/  | /' "$LOGS/whole.log" | grep -E 'moved|verify'
 
 echo "== smbd on h2 killed in the middle of a transfer"
 # About 20 s of writes at the link's rate; smbd on h2 goes after 2.

@@ -64,8 +64,11 @@ void UcxClientTransport::finish_op(void* user_data, ucs_status_t status) {
 
 namespace {
 
-void send_done(void* /*request*/, ucs_status_t status, void* user_data) {
+// A request UCX completes later reaches its callback, which frees it:
+// ucp_request_free() on a request still in flight disables its callback.
+void send_done(void* request, ucs_status_t status, void* user_data) {
   UcxClientTransport::finish_op(user_data, status);
+  ucp_request_free(request);
 }
 
 // Hands `ctx` to UCX for the op that returned `request`, or completes it now.
@@ -75,7 +78,7 @@ void track(ucs_status_ptr_t request, std::unique_ptr<OpContext> ctx) {
   } else if (UCS_PTR_IS_ERR(request)) {
     UcxClientTransport::finish_op(ctx.release(), UCS_PTR_STATUS(request));
   } else {
-    ucp_request_free(request);  // the callback still fires
+    // in flight: send_done finishes it and frees the request
     (void)ctx.release();
   }
 }
@@ -184,9 +187,10 @@ struct UcxClientTransport::ReadContext {
   std::uint64_t token;
 };
 
-void UcxClientTransport::read_received(void* /*request*/, ucs_status_t status, std::size_t /*length*/,
+void UcxClientTransport::read_received(void* request, ucs_status_t status, std::size_t /*length*/,
                                        void* user_data) {
   std::unique_ptr<ReadContext> ctx(static_cast<ReadContext*>(user_data));
+  ucp_request_free(request);
   ctx->transport->return_credit(ctx->token);
   if (status == UCS_OK)
     ctx->completion->finish();
@@ -272,8 +276,7 @@ ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::si
     } else if (UCS_PTR_IS_ERR(request)) {
       op.completion->finish(Errc::transport, context + ": UCX error: " +
                                                  ucs_status_string(UCS_PTR_STATUS(request)));
-    } else {
-      ucp_request_free(request);
+    } else {  // read_received finishes it and frees the request
       (void)ctx.release();
       data_pending = true;  // read_received returns the credit
     }
@@ -561,7 +564,8 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
   }
   p.flags = UCP_AM_SEND_FLAG_REPLY;
   p.user_data = ctx;
-  p.cb.send = [](void* /*request*/, ucs_status_t status, void* user_data) {
+  p.cb.send = [](void* request, ucs_status_t status, void* user_data) {
+    ucp_request_free(request);
     auto* c = static_cast<UcxClientTransport::SendContext*>(user_data);
     auto& transport = *c->transport;
     const std::uint64_t sent = c->token;
@@ -583,8 +587,7 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
                                             ucs_status_string(UCS_PTR_STATUS(request)));
     return;
   }
-  transport_.sends_.emplace(token, std::move(owned));
-  ucp_request_free(request);
+  transport_.sends_.emplace(token, std::move(owned));  // until the callback, which frees the request
 }
 
 void UcxChannel::call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,

@@ -33,15 +33,19 @@ struct WriteContext {
 
 }  // namespace
 
-void UcxServerTransport::write_received(void* /*request*/, ucs_status_t status, std::size_t /*length*/,
+// Callbacks free their request: ucp_request_free() on a request still in
+// flight would disable its callback (and leak what it should release).
+void UcxServerTransport::write_received(void* request, ucs_status_t status, std::size_t /*length*/,
                                         void* user_data) {
   std::unique_ptr<WriteContext> ctx(static_cast<WriteContext*>(user_data));
+  ucp_request_free(request);
   ctx->transport->send_reply(ctx->reply_ep, ctx->token, status == UCS_OK ? Errc::ok : Errc::transport, nullptr, 0,
                              {});
 }
 
-void UcxServerTransport::reply_sent(void* /*request*/, ucs_status_t status, void* user_data) {
+void UcxServerTransport::reply_sent(void* request, ucs_status_t status, void* user_data) {
   std::unique_ptr<ReplyContext> ctx(static_cast<ReplyContext*>(user_data));
+  ucp_request_free(request);
   if (status != UCS_OK) spdlog::debug("am reply not delivered: {}", ucs_status_string(status));
   ctx->transport->delivered(ctx->ep);
 }
@@ -91,8 +95,7 @@ void UcxServerTransport::send_reply(ucp_ep_h ep, std::uint64_t token, Errc statu
     delivered(ep);  // done at once (or never); ctx freed here
     return;
   }
-  ucp_request_free(request);
-  (void)ctx.release();  // reply_sent owns it now
+  (void)ctx.release();  // reply_sent owns it now, and frees the request
 }
 
 UcxServerTransport::UcxServerTransport()
@@ -247,8 +250,7 @@ ucs_status_t UcxServerTransport::on_write(void* arg, const void* header, std::si
   } else if (UCS_PTR_IS_ERR(request)) {
     self->send_reply(ctx->reply_ep, ctx->token, Errc::transport, nullptr, 0, {});
   } else {
-    ucp_request_free(request);
-    (void)ctx.release();  // write_received owns it now
+    (void)ctx.release();  // write_received owns it now, and frees the request
   }
   return UCS_OK;
 }
