@@ -1,11 +1,14 @@
 #pragma once
 // The state behind smb::UpdateEngine (include/smb/update_engine.hpp), kept
-// out of the public header: its buffers, scratch space, the overlapped push
+// out of the public header: its buffers, scratch space, the pipelined pushes
 // and the GPU group.
 #include <smb/update_engine.hpp>
 
+#include <condition_variable>
+#include <exception>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,30 +36,39 @@ class EngineCore {
   std::string barrier_name(const std::string& what) const;
   void group_barrier(const std::string& what);
   void exchange(std::span<float> params);
-  // Synchronous mode, pipelined (engine_sync_exchange.cpp).
+  // The pipelined exchanges work in chunks of kStripesPerChunk stripes on
+  // every server of the global weights' buffer.
+  static constexpr std::uint64_t kStripesPerChunk = 1;
+  std::uint64_t chunk_floats() const;
+  // Synchronous mode (engine_sync_exchange.cpp).
   void create_sync_buffers();
   void synchronous_exchange(std::span<float> params);
   std::uint64_t sync_chunks() const;
-  static constexpr std::uint64_t kSyncChunkFloats = 256 * 1024;  // 1 MiB: a stripe, one call
+  // SEASGD (engine_seasgd_exchange.cpp).
+  struct SeasgdPush;
+  void seasgd_exchange(std::span<float> params);
+  void wait_pushed(SeasgdPush& push, std::uint64_t chunks);
   void broadcast_in_group(std::span<float> params);
-  void finish_pending();
+  void finish_pending();  // the last SEASGD push
 
   Client& client_;
   EngineConfig config_;
+  std::unique_ptr<Client> own_group_client_;  // on config_.group_servers, when given
+  Client& group_client_;                      // it, else client_
   std::uint64_t bytes_;
   std::uint64_t steps_ = 0;
   std::uint64_t exchanges_ = 0;
   std::uint64_t allreduces_ = 0;
   static constexpr std::uint64_t kGroupSums = 2;  // alternating allreduce sums in the group area
   Buffer global_;
-  Buffer delta_;       // this group's delta area (roots)
+  Buffer delta_;       // downpour: this group's delta area (roots)
   Buffer group_area_;  // kGroupSums sums + a broadcast slot
   Buffer sums_[2];     // synchronous mode: alternating sums
   Buffer ready_;       // synchronous mode: per chunk, how many roots have added it
   std::vector<float> scratch_;
-  std::vector<float> push_;             // what the overlapped push sends (kept until it is done)
+  std::vector<float> push_;             // what the pushes send (SEASGD: kept until pushed)
   std::vector<float> last_pull_;        // downpour
-  std::future<void> pending_;           // seasgd/downpour: the overlapped push
+  std::shared_ptr<SeasgdPush> seasgd_push_;  // the last SEASGD exchange's push, overlapping what follows
   std::unique_ptr<gpu::GpuGroup> gpu_;  // cuda_device >= 0: NCCL group, stream, host staging
 };
 

@@ -2,7 +2,9 @@
 // every root adds W/groups into the current sum chunk by chunk while it reads
 // back the chunks that every root has added already, so a worker's link
 // carries the push and the pull at the same time (full duplex) instead of
-// one after the other, and the servers add as the chunks come.
+// one after the other, and the servers add as the chunks come. A chunk is a
+// few stripes on every server (chunk_floats), so each push and each read
+// keeps every server's link busy, not one server's at a time.
 //
 //   push thread:  for chunk k: sum[k] += W[k]/groups (axpy, x inline);
 //                 then ready[k] += 1 (an atomic on the fabric)
@@ -30,7 +32,8 @@ std::span<std::byte> bytes_of(std::span<float> v) { return std::as_writable_byte
 }  // namespace
 
 std::uint64_t EngineCore::sync_chunks() const {
-  return (config_.parameters + kSyncChunkFloats - 1) / kSyncChunkFloats;
+  const std::uint64_t per_chunk = chunk_floats();
+  return (config_.parameters + per_chunk - 1) / per_chunk;
 }
 
 void EngineCore::create_sync_buffers() {
@@ -47,10 +50,11 @@ void EngineCore::synchronous_exchange(std::span<float> params) {
   const auto& c = config_;
   auto& sum = sums_[exchanges_ % 2];
   const std::uint64_t chunks = sync_chunks();
+  const std::uint64_t per_chunk = chunk_floats();
   const std::uint64_t target = static_cast<std::uint64_t>(c.groups) * (exchanges_ + 1);
   auto chunk = [&](std::uint64_t k) {
-    const std::uint64_t first = k * kSyncChunkFloats;
-    return std::pair{first, std::min(kSyncChunkFloats, c.parameters - first)};
+    const std::uint64_t first = k * per_chunk;
+    return std::pair{first, std::min(per_chunk, c.parameters - first)};
   };
   auto push = std::async(std::launch::async, [&] {
     for (std::uint64_t k = 0; k < chunks; ++k) {

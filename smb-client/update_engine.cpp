@@ -2,8 +2,8 @@
 // API: buffers, server-side accumulate, barriers. Buffers, under the
 // engine's name:
 //   NAME/global        the global weights Wg
-//   NAME/delta/G       group G's delta area: dW written one-sided, then
-//                      accumulated into Wg by the servers
+//   NAME/delta/G       downpour: group G's delta area, written one-sided,
+//                      then accumulated into Wg by the servers
 //   NAME/group/G       group G's slots: two alternating sums (allreduce:
 //                      every member accumulates its gradients into one on
 //                      the servers and reads the sum back) and one the root
@@ -30,8 +30,23 @@ std::span<std::byte> bytes_of(std::span<float> v) { return std::as_writable_byte
 
 }  // namespace
 
+namespace {
+// The group's own client, on its own servers (EngineConfig::group_servers).
+std::unique_ptr<Client> group_client_on(const EngineConfig& config) {
+  if (config.group_servers.empty()) return nullptr;
+  ClientOptions options;
+  options.servers = config.group_servers;
+  options.timeout = config.timeout;
+  return std::make_unique<Client>(options);
+}
+}  // namespace
+
 EngineCore::EngineCore(Client& client, EngineConfig config)
-    : client_(client), config_(std::move(config)), bytes_(config_.parameters * sizeof(float)) {
+    : client_(client),
+      config_(std::move(config)),
+      own_group_client_(group_client_on(config_)),
+      group_client_(own_group_client_ ? *own_group_client_ : client_),
+      bytes_(config_.parameters * sizeof(float)) {
   const auto& c = config_;
   auto bad = [&](const std::string& why) { throw Error(Errc::invalid_argument, "update engine '" + c.name + "': " + why); };
   if (c.parameters == 0) bad("no parameters");
@@ -57,11 +72,13 @@ std::string EngineCore::barrier_name(const std::string& what) const {
 }
 
 void EngineCore::group_barrier(const std::string& what) {
-  if (config_.group_size > 1) client_.barrier(barrier_name(what), config_.group_size, config_.timeout);
+  if (config_.group_size > 1) group_client_.barrier(barrier_name(what), config_.group_size, config_.timeout);
 }
 
-void EngineCore::finish_pending() {
-  if (pending_.valid()) pending_.get();
+// The engine's buffers are striped with the default stripe unit over all
+// of the client's servers (every root is given the same servers).
+std::uint64_t EngineCore::chunk_floats() const {
+  return BufferOptions{}.stripe_unit / sizeof(float) * client_.servers().size() * kStripesPerChunk;
 }
 
 void EngineCore::initialize(std::span<float> params) {
@@ -72,17 +89,17 @@ void EngineCore::initialize(std::span<float> params) {
   std::span<float> host = params;
   if (gpu_) {
     gpu_->check_device_span(params, "initialize");
-    gpu_->connect(client_, c.name + "/nccl-id/" + group, barrier_name("nccl-id"));
+    gpu_->connect(group_client_, c.name + "/nccl-id/" + group, barrier_name("nccl-id"));
     host = gpu_->staging();
     if (root() && c.group == 0) gpu_->to_staging(params, "initialize");
   }
   if (root()) {
     if (!gpu_ && c.group_size > 1) {  // a group of one has nothing to reduce or broadcast
-      group_area_ = client_.open_or_create(c.name + "/group/" + group, bytes_ * (kGroupSums + 1));
+      group_area_ = group_client_.open_or_create(c.name + "/group/" + group, bytes_ * (kGroupSums + 1));
       const std::vector<std::byte> zeros(bytes_ * kGroupSums);
       group_area_.write(0, zeros);  // the sums start at zero (scale by 0 would keep a NaN)
     }
-    if (c.mode != UpdateMode::synchronous) delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_);
+    if (c.mode == UpdateMode::downpour) delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_);
     if (c.group == 0) {
       global_ = client_.open_or_create(c.name + "/global", bytes_);
       global_.write(0, bytes_of(std::span<const float>(host)));
@@ -91,7 +108,7 @@ void EngineCore::initialize(std::span<float> params) {
   }
   client_.barrier(c.name + "/init", c.groups * c.group_size, c.timeout);
   if (!global_.valid()) global_ = client_.open(c.name + "/global");
-  if (!gpu_ && c.group_size > 1 && !group_area_.valid()) group_area_ = client_.open(c.name + "/group/" + group);
+  if (!gpu_ && c.group_size > 1 && !group_area_.valid()) group_area_ = group_client_.open(c.name + "/group/" + group);
   global_.read(0, bytes_of(host));
   if (gpu_) gpu_->from_staging(params, "initialize");
   if (c.mode == UpdateMode::downpour && root()) last_pull_.assign(host.begin(), host.end());
@@ -147,23 +164,10 @@ void EngineCore::after_step(std::span<float> params) {
 
 void EngineCore::exchange(std::span<float> params) {
   const std::uint64_t n = config_.parameters;
-  auto wg = std::span<float>(scratch_).first(n);
-  finish_pending();  // the delta area is free again, and errors surface here
   switch (config_.mode) {
-    case UpdateMode::seasgd: {
-      global_.read(0, bytes_of(wg));  // not overlapped: no stale global weights
-      push_.resize(n);
-      const auto alpha = static_cast<float>(config_.alpha);
-      for (std::uint64_t i = 0; i < n; ++i) {
-        push_[i] = alpha * (params[i] - wg[i]);
-        params[i] -= push_[i];
-      }
-      pending_ = std::async(std::launch::async, [this, n] {  // overlaps the next steps
-        delta_.write(0, bytes_of(std::span<const float>(push_)));
-        global_.apply_from(VectorOp::accumulate, DType::f32, 0, n, 1.0, delta_, 0);
-      });
+    case UpdateMode::seasgd:
+      seasgd_exchange(params);
       break;
-    }
     case UpdateMode::downpour: {
       push_.resize(n);
       for (std::uint64_t i = 0; i < n; ++i) push_[i] = params[i] - last_pull_[i];

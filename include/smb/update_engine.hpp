@@ -8,8 +8,11 @@
 /// group's root exchanges with global weights held in the fabric, by the
 /// configured mode, and the group adopts the root's result:
 ///   seasgd       elastic averaging (ETRI's SEASGD): dW = alpha (W - Wg);
-///                W -= dW; the servers add dW into Wg. Writing dW and the
-///                accumulate overlap with the next steps; reading Wg does not.
+///                W -= dW; the servers add dW into Wg. Pipelined by chunk:
+///                each chunk's dW goes to the servers as soon as it is
+///                computed, overlapping the rest of the exchange and the
+///                next steps; a chunk of Wg is read only once this root's
+///                previous dW for it is in.
 ///   downpour     asynchronous push of W - W_at_last_pull into Wg, then pull Wg.
 ///   synchronous  every root pushes W / groups into a sum, barrier, all pull.
 /// Global weights start as the first worker's (a broadcast through the
@@ -29,6 +32,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace smb {
 
@@ -51,6 +55,12 @@ struct EngineConfig {
   /// (SMB_WITH_CUDA) and the device present: the constructor says which is
   /// missing (Errc::invalid_argument).
   int cuda_device = -1;
+  /// Memory servers for the group's own buffers and barriers (the averaging
+  /// sums and the broadcast slot), as "host:port"; empty: the client's
+  /// servers. Give each group a server on its own node (an smbd on
+  /// loopback) and the group averages over shared memory, as GPU groups do
+  /// over NCCL, while only the roots' exchange crosses the network.
+  std::vector<std::string> group_servers;
 };
 
 namespace detail {

@@ -3,6 +3,7 @@
 // 2 groups (hybrid: allreduce inside a group, the engine's mode between
 // groups), against one worker training alone on all the data.
 #include "fabric.hpp"
+#include "smbd_process.hpp"
 
 #include <smb/update_engine.hpp>
 
@@ -10,6 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <stdexcept>
 #include <random>
 #include <thread>
 #include <vector>
@@ -162,14 +165,19 @@ TEST_P(ConvergenceTest, FourWorkersInTwoGroupsReachTheAccuracyOfOne) {
   }
 }
 
-// The synchronous exchange is pipelined in 1 MiB chunks with per-chunk
-// counters (engine_sync_exchange.cpp): with parameters spanning several
-// chunks and a partial last one, four groups' exchanges give every group,
-// and the global weights, exactly the mean (a power of two of groups: W/4
-// is exact in floats) -- three times in a row, so that
-// both alternating sums and the growing counters are used again.
+// The pipelined exchanges work in chunks of two 1 MiB stripes on every server
+// (EngineCore::chunk_floats): parameters spanning two chunks and part of a
+// third.
+std::uint64_t floats_over_chunks(int servers) { return 2 * 2 * 256 * 1024 * static_cast<std::uint64_t>(servers) + 1000; }
+
+// The synchronous exchange is pipelined by chunks with per-chunk counters
+// (engine_sync_exchange.cpp): with parameters spanning several chunks and a
+// partial last one, four groups' exchanges give every group, and the global
+// weights, exactly the mean (a power of two of groups: W/4 is exact in
+// floats) -- three times in a row, so that both alternating sums and the
+// growing counters are used again.
 TEST_P(ConvergenceTest, SynchronousExchangeAveragesEveryChunkExactly) {
-  constexpr std::uint64_t kFloats = 2 * 256 * 1024 + 1000;
+  const std::uint64_t kFloats = floats_over_chunks(server_count());
   constexpr int kGroups = 4, kExchanges = 3;
   std::vector<std::thread> workers;
   std::vector<std::string> errors(kGroups);
@@ -207,6 +215,107 @@ TEST_P(ConvergenceTest, SynchronousExchangeAveragesEveryChunkExactly) {
     });
   for (auto& t : workers) t.join();
   for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+// SEASGD is pipelined by chunks too (engine_seasgd_exchange.cpp): each
+// chunk's read of the global weights waits for the previous exchange's push
+// of that chunk, and the push adds dW with the call. Over several chunks and
+// exchanges the weights and the global weights follow the unpipelined
+// recurrence exactly (alpha 1/2 on small integers: exact in floats):
+//   dW = alpha (W - Wg);  W -= dW;  Wg += dW.
+TEST_P(ConvergenceTest, SeasgdExchangeFollowsTheRecurrenceInEveryChunk) {
+  const std::uint64_t kFloats = floats_over_chunks(server_count());
+  constexpr int kExchanges = 4;
+  auto client = make_client();
+  smb::EngineConfig config;
+  config.name = "seasgd-chunks";
+  config.parameters = kFloats;
+  config.mode = smb::UpdateMode::seasgd;
+  config.alpha = 0.5;
+  config.timeout = std::chrono::seconds(60);
+  smb::UpdateEngine engine(client, config);
+  std::vector<float> w(kFloats, 0.0f), wg(kFloats, 0.0f);
+  engine.initialize(w);
+  for (int e = 0; e < kExchanges; ++e) {
+    for (std::uint64_t i = 0; i < kFloats; ++i) w[i] = static_cast<float>(i % 7 + 4 * e);
+    std::vector<float> expected = w;
+    for (std::uint64_t i = 0; i < kFloats; ++i) {
+      const float dw = 0.5f * (expected[i] - wg[i]);
+      expected[i] -= dw;
+      wg[i] += dw;
+    }
+    engine.after_step(w);  // its push goes on while the next exchange reads
+    for (std::uint64_t i = 0; i < kFloats; ++i)
+      ASSERT_EQ(w[i], expected[i]) << "exchange " << e << ", element " << i;
+  }
+  std::vector<float> global(kFloats);
+  engine.global_weights(global);
+  for (std::uint64_t i = 0; i < kFloats; ++i) ASSERT_EQ(global[i], wg[i]) << "global weight " << i;
+}
+
+// Groups with servers of their own (EngineConfig::group_servers, e.g. an
+// smbd on each node): each group averages through its own server, exactly,
+// and its buffers live there, not on the fabric's servers; the global
+// weights stay on the fabric's.
+TEST_P(ConvergenceTest, GroupsAverageOnTheirOwnServers) {
+  if (fabric_transport() != "ucx") GTEST_SKIP() << "the groups' own servers are started on loopback (UCX)";
+  constexpr int kGroups = 2, kMembers = 2;
+  constexpr std::uint64_t kFloats = 1000;
+  std::vector<std::unique_ptr<SmbdProcess>> group_servers;
+  for (int g = 0; g < kGroups; ++g) group_servers.push_back(std::make_unique<SmbdProcess>());
+  std::vector<std::thread> workers;
+  std::vector<std::string> errors(kGroups * kMembers);
+  for (int g = 0; g < kGroups; ++g)
+    for (int m = 0; m < kMembers; ++m)
+      workers.emplace_back([&, g, m] {
+        try {
+          auto client = make_client();
+          smb::EngineConfig config;
+          config.name = "own-groups";
+          config.parameters = kFloats;
+          config.groups = kGroups;
+          config.group = static_cast<std::uint32_t>(g);
+          config.group_size = kMembers;
+          config.group_rank = static_cast<std::uint32_t>(m);
+          config.mode = smb::UpdateMode::synchronous;
+          config.timeout = std::chrono::seconds(60);
+          config.group_servers = {group_servers[static_cast<std::size_t>(g)]->address()};
+          smb::UpdateEngine engine(client, config);
+          std::vector<float> w(kFloats, 0.0f);
+          engine.initialize(w);
+          // Member m of group g: 4g + 2m + i % 5; the group's mean is 4g + 1 + i % 5.
+          std::vector<float> grads(kFloats);
+          for (std::uint64_t i = 0; i < kFloats; ++i) grads[i] = static_cast<float>(4 * g + 2 * m + i % 5);
+          engine.allreduce(grads);
+          for (std::uint64_t i = 0; i < kFloats; ++i)
+            if (grads[i] != static_cast<float>(4 * g + 1 + i % 5))
+              throw std::runtime_error("group " + std::to_string(g) + ": element " + std::to_string(i) + " is " +
+                                       std::to_string(grads[i]));
+          engine.after_step(grads);  // the roots' exchange, through the fabric's servers
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(g * kMembers + m)] = e.what();
+        }
+      });
+  for (auto& t : workers) t.join();
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  auto names_on = [](const std::vector<smb::ServerStatus>& servers) {
+    std::vector<std::string> names;
+    for (const auto& s : servers)
+      for (const auto& b : s.buffers) names.push_back(b.name);
+    return names;
+  };
+  const auto fabric = names_on(make_client().status());
+  EXPECT_TRUE(std::none_of(fabric.begin(), fabric.end(),
+                           [](const std::string& n) { return n.find("/group/") != std::string::npos; }))
+      << "a group's buffer landed on the fabric's servers";
+  EXPECT_TRUE(std::any_of(fabric.begin(), fabric.end(), [](const std::string& n) { return n == "own-groups/global"; }));
+  for (int g = 0; g < kGroups; ++g) {
+    smb::ClientOptions own;
+    own.servers = {group_servers[static_cast<std::size_t>(g)]->address()};
+    const auto names = names_on(smb::Client(own).status());
+    EXPECT_NE(std::find(names.begin(), names.end(), "own-groups/group/" + std::to_string(g)), names.end())
+        << "group " << g << "'s buffer is not on its own server";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fabrics, ConvergenceTest, testing::ValuesIn(multi_server_fabrics()), fabric_name);

@@ -20,42 +20,21 @@ import os
 import re
 import subprocess
 import sys
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TESTBED = os.path.join(ROOT, "tools", "testbed", "testbed.sh")
+from testbed_hosts import ROOT, TESTBED, proc_usage, replace_section
+from testbed_hosts import start_smbd as start_smbd_on
+from testbed_hosts import tb as tb_named
+
 NAME = "smbtbscale"
 BEGIN, END = "<!-- testbed-scaling:begin -->", "<!-- testbed-scaling:end -->"
 
 
 def tb(*args, **kw):
-    return subprocess.run([TESTBED, "--name", NAME, *args], check=True, text=True, capture_output=True, **kw)
-
-
-def proc_usage(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    with open(f"/proc/{pid}/status") as f:
-        rss = int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
-    return cpu, rss
+    return tb_named(NAME, *args, **kw)
 
 
 def start_smbd(build, host, log_dir, capacity):
-    addr = tb("addr", host).stdout.strip()
-    log = open(os.path.join(log_dir, f"smbd-{host}.log"), "w+")
-    proc = subprocess.Popen([TESTBED, "--name", NAME, "exec", host, os.path.join(build, "smb-server", "smbd"),
-                             "--listen", f"{addr}:7000", "--capacity", str(capacity)], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        log.seek(0)
-        if "smbd ready" in log.read():
-            return proc, f"{addr}:7000"
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise RuntimeError(f"smbd on {host} did not start (log {log.name})")
+    return start_smbd_on(NAME, build, host, log_dir, capacity)
 
 
 def bench(build, client, servers, op, size, passes):
@@ -155,13 +134,7 @@ def main():
     text = markdown(results, args.link, args.per_server, args.passes)
     print(text)
     if args.write_docs:
-        path = os.path.join(ROOT, "docs", "benchmarks.md")
-        doc = open(path).read()
-        if BEGIN in doc:
-            doc = doc[:doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
-        else:
-            doc += "\n" + text + "\n"
-        open(path, "w").write(doc)
+        replace_section(os.path.join(ROOT, "docs", "benchmarks.md"), BEGIN, END, text)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ EngineConfig engine_config(const SyncOptions& o, std::uint64_t parameters) {
   c.mode = o.mode;
   c.alpha = o.alpha;
   c.tau = o.tau;
+  c.group_servers = o.group_servers;
   return c;
 }
 

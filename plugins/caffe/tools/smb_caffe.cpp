@@ -121,6 +121,10 @@ int main(int argc, char** argv) {
   train->add_option("--groups", groups, "groups of consecutive ranks (default: one per node)");
   train->add_option("--max-iter", max_iter, "iterations to run (default: the solver's max_iter)");
   train->add_option("--servers", servers, "memory servers (default: $SMB_SERVERS)");
+  std::string group_servers;
+  train->add_option("--group-servers", group_servers,
+                    "memory servers for each group's own averaging, e.g. an smbd on the node "
+                    "(default: $SMB_GROUP_SERVERS, else --servers)");
   train->add_flag("--json", json, "print the result as one JSON line");
   CLI11_PARSE(app, argc, argv);
 
@@ -167,6 +171,9 @@ int main(int argc, char** argv) {
       sync.mode = mode_named(mode);
       sync.tau = tau;
       sync.alpha = alpha;
+      if (group_servers.empty())
+        if (const char* env = std::getenv("SMB_GROUP_SERVERS")) group_servers = env;
+      if (!group_servers.empty()) sync.group_servers = smb::parse_server_list(group_servers);
       sync.rank = rank;
       sync.workers = workers;
       sync.groups = groups != 0 ? groups : std::max<std::uint32_t>(1, workers / local);

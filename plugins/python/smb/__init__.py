@@ -306,13 +306,16 @@ class UpdateEngine:
     float32 parameter vector: groups average every step, group roots
     exchange with global weights in the fabric every `tau` steps.
 
-    mode: "seasgd" (elastic averaging), "downpour" or "sync"."""
+    mode: "seasgd" (elastic averaging), "downpour" or "sync".
+    group_servers: "host:port" servers for the group's own buffers and
+    barriers, e.g. an smbd on the group's node (None: the client's)."""
 
     def __init__(self, client, name, parameters, mode="seasgd", groups=1, group=0, group_size=1, group_rank=0,
-                 alpha=0.2, tau=1, timeout=120.0, cuda_device=-1):
+                 alpha=0.2, tau=1, timeout=120.0, cuda_device=-1, group_servers=None):
         self._client = client
         self._e = _core.UpdateEngine(client._c, name, parameters, groups, group, group_size, group_rank, mode,
-                                     float(alpha), tau, float(timeout), cuda_device)
+                                     float(alpha), tau, float(timeout), cuda_device,
+                                     _servers(group_servers) if group_servers else [])
 
     def initialize(self, params):
         """Collective: the first worker's params become everyone's."""

@@ -6,6 +6,8 @@
 
 #include <smb/update_engine.hpp>
 
+#include <pybind11/stl.h>
+
 #include <memory>
 
 namespace py = pybind11;
@@ -57,7 +59,8 @@ void bind_engine(py::module_& m) {
   py::class_<PyEngine>(m, "UpdateEngine")
       .def(py::init([](py::object client, std::string name, std::uint64_t parameters, std::uint32_t groups,
                        std::uint32_t group, std::uint32_t group_size, std::uint32_t group_rank, std::string mode,
-                       double alpha, std::uint32_t tau, double timeout, int cuda_device) {
+                       double alpha, std::uint32_t tau, double timeout, int cuda_device,
+                       std::vector<std::string> group_servers) {
              EngineConfig config;
              config.name = std::move(name);
              config.parameters = parameters;
@@ -70,6 +73,7 @@ void bind_engine(py::module_& m) {
              config.tau = tau;
              config.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000.0));
              config.cuda_device = cuda_device;
+             config.group_servers = std::move(group_servers);
              auto e = std::make_unique<PyEngine>();
              e->client = client;
              e->parameters = parameters;
@@ -81,7 +85,7 @@ void bind_engine(py::module_& m) {
            }),
            py::arg("client"), py::arg("name"), py::arg("parameters"), py::arg("groups"), py::arg("group"),
            py::arg("group_size"), py::arg("group_rank"), py::arg("mode"), py::arg("alpha"), py::arg("tau"),
-           py::arg("timeout"), py::arg("cuda_device"))
+           py::arg("timeout"), py::arg("cuda_device"), py::arg("group_servers") = std::vector<std::string>{})
       .def("initialize", [](PyEngine& e, py::handle params) {
         call(e, params, true, "initialize", [](UpdateEngine& u, std::span<float> s) { u.initialize(s); });
       })

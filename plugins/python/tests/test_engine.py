@@ -94,6 +94,26 @@ class UpdateEngineTest(fabric.FabricTestCase):
         np.testing.assert_array_equal(grads0, np.full(N, 2.0, np.float32))
         np.testing.assert_array_equal(grads1, np.full(N, 2.0, np.float32))
 
+    def test_group_servers_keep_the_group_on_its_own_server(self):
+        name = self.unique_name("engine")
+        with fabric.running(1, "64M") as own:
+
+            def worker(rank):
+                engine = self.engine(name, rank, group_servers=own[0])  # "host:port", as $SMB_GROUP_SERVERS
+                params = np.full(N, 2.0, np.float32)
+                engine.initialize(params)
+                grads = np.full(N, 4.0 * rank, np.float32)
+                engine.allreduce(grads)
+                return grads
+
+            for grads in self.run_workers(worker):
+                np.testing.assert_array_equal(grads, np.full(N, 2.0, np.float32))
+            on_own = [b.name for s in smb.Client(own).status() for b in s.buffers]
+            on_fabric = [b.name for s in self.client.status() for b in s.buffers]
+        self.assertIn(f"{name}/group/0", on_own)
+        self.assertNotIn(f"{name}/group/0", on_fabric)
+        self.assertIn(f"{name}/global", on_fabric)
+
     @needs_torch
     def test_torch_tensors_as_vectors(self):
         name = self.unique_name("engine")

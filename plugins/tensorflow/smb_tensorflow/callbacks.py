@@ -42,9 +42,10 @@ class FabricExchangeCallback(tf.keras.callbacks.Callback):
     DistributedOptimizer(process_set=<this rank's group>) so that the group
     averages gradients every step, or alone for per-rank exchanges."""
 
-    def __init__(self, mode="seasgd", tau=1, alpha=0.2):
+    def __init__(self, mode="seasgd", tau=1, alpha=0.2, group_servers=None):
         super().__init__()
         self.mode, self.tau, self.alpha = mode, tau, alpha
+        self.group_servers = group_servers
         self.engine = None
         self.flat = None
 
@@ -58,7 +59,8 @@ class FabricExchangeCallback(tf.keras.callbacks.Callback):
         self.flat = np.zeros(sum(w.size for w in shapes), dtype=np.float32)
         self.engine = smb.UpdateEngine(st.client, f"{st.job}/keras-engine", self.flat.size, mode=self.mode,
                                        groups=st.cross_size, group=st.cross_rank, group_size=st.local_size,
-                                       group_rank=st.local_rank, alpha=self.alpha, tau=self.tau)
+                                       group_rank=st.local_rank, alpha=self.alpha, tau=self.tau,
+                                       group_servers=self.group_servers or basics.group_servers())
         self._gather()
         self.engine.initialize(self.flat)
         self._scatter()

@@ -12,7 +12,8 @@ weights held in the memory servers -- elastic averaging (seasgd, moving
 rate `alpha`), asynchronous pushes (downpour) or a synchronous average
 (sync) -- and the node adopts the result. Inter-node traffic falls by the
 number of workers per node; nodes never wait for each other in seasgd
-and downpour.
+and downpour. `group_servers` (default $SMB_GROUP_SERVERS) puts each
+node's averaging on a memory server of its own node, over shared memory.
 """
 
 import contextlib
@@ -237,7 +238,7 @@ class _HybridOptimizer(torch.optim.Optimizer):
 
     _smb_distributed = True
 
-    def __init__(self, params, mode, tau, alpha, process_set):
+    def __init__(self, params, mode, tau, alpha, process_set, group_servers=None):
         super(self.__class__, self).__init__(params)
         self._params = [p for group in self.param_groups for p in group["params"]]
         st = basics.state()
@@ -248,7 +249,7 @@ class _HybridOptimizer(torch.optim.Optimizer):
         self._engine = smb.UpdateEngine(
             st.client, f"{st.job}/engine-{next(_engines)}", self._numel, mode=mode,
             groups=st.cross_size, group=st.cross_rank, group_size=st.local_size, group_rank=st.local_rank,
-            alpha=alpha, tau=tau)
+            alpha=alpha, tau=tau, group_servers=group_servers or basics.group_servers())
 
     def _gather(self, tensors):
         at = 0
@@ -305,7 +306,8 @@ class _HybridOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                         sparse_as_dense=False, process_set=global_process_set, mode=None, tau=1, alpha=0.2):
+                         sparse_as_dense=False, process_set=global_process_set, mode=None, tau=1, alpha=0.2,
+                         group_servers=None):
     """Wraps `optimizer` so that step() uses gradients averaged over the job
     (Horovod's semantics), or, with `mode`, the hybrid exchange through the
     fabric (see the module's documentation). Returns an instance of a
@@ -315,7 +317,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)} (or None for Horovod's gradient averaging)")
         cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_HybridOptimizer.__dict__))
-        return cls(optimizer.param_groups, mode, tau, alpha, process_set)
+        return cls(optimizer.param_groups, mode, tau, alpha, process_set, group_servers)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:

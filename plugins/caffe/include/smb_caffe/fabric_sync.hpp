@@ -34,6 +34,7 @@ struct SyncOptions {
   std::uint32_t rank = 0;       // this worker among all
   std::uint32_t workers = 1;
   std::uint32_t groups = 1;     // workers / groups per group, consecutive ranks
+  std::vector<std::string> group_servers;  // EngineConfig::group_servers
 };
 
 // Caffe's Solver::Callback has no virtual destructor (the solver never

@@ -9,7 +9,10 @@ SLURM_LOCALID. Without any, a single process (rank 0 of 1). The workers of
 one node form a group (local_rank, local_size); SMB_TORCH_GROUP_SIZE=N
 makes groups of N consecutive ranks instead.
 
-The fabric: smb.Client() over $SMB_SERVERS. Every buffer of the job lives
+The fabric: smb.Client() over $SMB_SERVERS; the hybrid modes' groups use
+$SMB_GROUP_SERVERS for their own buffers and barriers where it is set (an
+smbd on each node, so that a node averages over shared memory: see
+group_servers()). Every buffer of the job lives
 under a namespace made of the job id ($SMB_JOB_ID from smbrun, else the
 launcher's: Open MPI's job id, torchrun's run id, Slurm's job and step),
 so concurrent jobs on one fabric never collide; rank 0 destroys the job's
@@ -231,6 +234,14 @@ def shutdown():
         from . import process_sets as ps
         ps.reset()
         handles.reset()
+
+
+def group_servers():
+    """Memory servers for a hybrid group's own buffers and barriers: the
+    list in $SMB_GROUP_SERVERS ("host:port,..."; every node names its own,
+    e.g. 127.0.0.1:7100 for an smbd on each node), or None for the job's."""
+    servers = [s.strip() for s in os.environ.get("SMB_GROUP_SERVERS", "").split(",") if s.strip()]
+    return servers or None
 
 
 def is_initialized():

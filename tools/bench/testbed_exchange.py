@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""The parameter exchange across testbed hosts against MPI and gloo (the
+testbed issue's P4). A benchmark, not a test.
+
+For each S in --servers (default 2 4): --workers worker hosts (default 4)
+and S memory-server hosts, every link shaped to --link (default 1gbit) both
+ways (tools/testbed/testbed.sh); one smbd per server host. Then, on the
+worker hosts, one process each:
+  smb-exchange-bench under mpirun (tools/testbed/mpi-agent.sh, Open MPI's TCP
+      BTL on the links): the update engine's exchange (tau 1, one group per
+      worker) in `sync` and `seasgd` mode, and MPI_Allreduce in the same
+      processes;
+  tools/bench/gloo_allreduce.py: torch.distributed's gloo allreduce.
+Each moves --floats f32 per worker (default 25M: 100 MB). Prints the median
+time per exchange (the slowest rank's), each one's speed against MPI's, and
+what the servers used (CPU seconds, RSS).
+
+Usage: tools/bench/testbed_exchange.py [--preset ci | --build DIR] [--servers 2 4] [--workers 4]
+           [--link 1gbit] [--floats 25000000] [--iters 3] [--write-docs]
+Needs root, iproute2 (the testbed) and Open MPI; gloo needs python3-torch.
+Results: build/PRESET/testbed-exchange/.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from testbed_hosts import ROOT, TESTBED, host_command, proc_usage, replace_section, start_smbd, tb
+
+NAME = "smbtbx"
+BEGIN, END = "<!-- testbed-exchange:begin -->", "<!-- testbed-exchange:end -->"
+AGENT = os.path.join(ROOT, "tools", "testbed", "mpi-agent.sh")
+GLOO = os.path.join(ROOT, "tools", "bench", "gloo_allreduce.py")
+
+
+def last_json(text):
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"no result in: {text[-800:]}")
+
+
+def exchange(build, workers, servers, mode, floats, iters, log_dir):
+    hosts = ",".join(f"h{i}" for i in range(1, workers + 1))
+    cmd = host_command(NAME, "h1", "mpirun", "--allow-run-as-root", "--host", hosts, "-np", workers,
+                       "--mca", "plm_rsh_agent", AGENT, "--mca", "routed", "direct",
+                       "--mca", "oob_tcp_if_include", "eth0", "--mca", "btl_tcp_if_include", "eth0",
+                       "--mca", "btl", "tcp,self",
+                       os.path.join(build, "tools", "smb-exchange-bench"), "--servers", ",".join(servers),
+                       "--mode", mode, "--floats", floats, "--iters", iters, "--name", f"x-{mode}")
+    env = dict(os.environ, SMB_TESTBED_NAME=NAME)
+    r = subprocess.run(cmd, text=True, capture_output=True, timeout=1800, env=env)
+    with open(os.path.join(log_dir, f"exchange-{mode}-{len(servers)}.log"), "w") as f:
+        f.write(r.stdout + r.stderr)
+    if r.returncode != 0:
+        raise RuntimeError(f"smb-exchange-bench {mode} failed: {(r.stdout + r.stderr)[-800:]}")
+    return last_json(r.stdout)
+
+
+def gloo(workers, floats, iters, log_dir):
+    master = tb(NAME, "addr", "h1").stdout.strip() + ":29500"
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0")
+    procs = [subprocess.Popen(host_command(NAME, f"h{i + 1}", "/usr/bin/python3", GLOO, "--rank", i, "--world",
+                                           workers, "--master", master, "--floats", floats, "--iters", iters),
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+             for i in range(workers)]
+    outs = [p.communicate(timeout=1800)[0] for p in procs]
+    with open(os.path.join(log_dir, "gloo.log"), "w") as f:
+        f.write("\n".join(outs))
+    if any(p.returncode != 0 for p in procs):
+        raise RuntimeError(f"gloo allreduce failed: {outs[0][-800:]}")
+    return last_json(outs[0])
+
+
+def measure(build, workers, n_servers, link, floats, iters, log_dir):
+    tb(NAME, "up", "--hosts", str(workers + n_servers), "--link", link)
+    procs = []
+    try:
+        servers = []
+        bytes_ = floats * 4
+        # sync: two sums, the global weights, counters; seasgd: the global
+        # weights and one delta area per worker; over the servers, plus room.
+        capacity = (3 + 1 + workers) * bytes_ // n_servers + (128 << 20)
+        for i in range(workers + 1, workers + n_servers + 1):
+            proc, address = start_smbd(NAME, build, f"h{i}", log_dir, capacity)
+            procs.append(proc)
+            servers.append(address)
+        result = {}
+        for mode in ("sync", "seasgd"):
+            before = [proc_usage(p.pid) for p in procs]
+            result[mode] = exchange(build, workers, servers, mode, floats, iters, log_dir)
+            after = [proc_usage(p.pid) for p in procs]
+            result[mode]["server_cpu_s"] = sum(a[0] - b[0] for a, b in zip(after, before))
+            result[mode]["server_rss_max"] = max(a[1] for a in after)
+        try:
+            result["gloo"] = gloo(workers, floats, iters, log_dir)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"gloo: {e}", file=sys.stderr)
+        return result
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        subprocess.run([TESTBED, "--name", NAME, "down"], capture_output=True)
+
+
+def markdown(results, workers, link, floats, iters):
+    mb = floats * 4 / 1e6
+    out = [BEGIN, "",
+           f"Measured by `tools/bench/testbed_exchange.py` on this 2-core machine: {workers} worker hosts and S "
+           f"server hosts, every link {link} both ways, UCX and Open MPI over TCP; {mb:.0f} MB of f32 per "
+           f"worker; the slowest rank's time per exchange, median of {iters} (after one warm-up). Speed is "
+           "MPI_Allreduce's time over the row's (above 1: faster than MPI). Every process shares the same "
+           "2 cores, so these are not the links' figures alone.", "",
+           "| server hosts | exchange | s per exchange | speed vs MPI_Allreduce | server CPU s | server RSS (max) |",
+           "|---|---|---|---|---|---|"]
+    for s, r in results.items():
+        mpi = min(r[m]["mpi_median_s"] for m in ("sync", "seasgd"))
+        for mode, label in (("sync", "SMB synchronous (pipelined)"), ("seasgd", "SMB SEASGD")):
+            t = r[mode]["smb_median_s"]
+            out.append(f"| {s} | {label} | {t:.2f} | {mpi / t:.2f}x | {r[mode]['server_cpu_s']:.1f} | "
+                       f"{r[mode]['server_rss_max'] / 2**20:.0f} MiB |")
+        out.append(f"| {s} | MPI_Allreduce (Open MPI, TCP) | {mpi:.2f} | 1.00x | | |")
+        if "gloo" in r:
+            out.append(f"| {s} | gloo allreduce (torch.distributed) | {r['gloo']['gloo_median_s']:.2f} | "
+                       f"{mpi / r['gloo']['gloo_median_s']:.2f}x | | |")
+    out += ["", END]
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default="ci")
+    p.add_argument("--build")
+    p.add_argument("--servers", type=int, nargs="+", default=[2, 4])
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--link", default="1gbit")
+    p.add_argument("--floats", type=int, default=25_000_000)
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--write-docs", action="store_true")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("testbed_exchange: needs root (network namespaces)")
+    build = os.path.abspath(args.build) if args.build else os.path.join(ROOT, "build", args.preset)
+    if not os.path.exists(os.path.join(build, "tools", "smb-exchange-bench")):
+        sys.exit(f"testbed_exchange: {build}/tools/smb-exchange-bench is missing (it needs Open MPI's libopenmpi-dev)")
+    log_dir = os.path.join(build, "testbed-exchange")
+    os.makedirs(log_dir, exist_ok=True)
+    results = {}
+    for s in args.servers:
+        print(f"== {s} server host(s)", file=sys.stderr)
+        results[str(s)] = measure(build, args.workers, s, args.link, args.floats, args.iters, log_dir)
+        print(json.dumps(results[str(s)]), file=sys.stderr)
+    with open(os.path.join(log_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    text = markdown(results, args.workers, args.link, args.floats, args.iters)
+    print(text)
+    if args.write_docs:
+        replace_section(os.path.join(ROOT, "docs", "benchmarks.md"), BEGIN, END, text)
+
+
+if __name__ == "__main__":
+    main()

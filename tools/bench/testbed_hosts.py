@@ -1,0 +1,60 @@
+"""Helpers the testbed benchmarks share (tools/testbed/testbed.sh): run a
+command in a testbed, start smbd on a host, read a process's CPU and RSS."""
+
+import os
+import re
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTBED = os.path.join(ROOT, "tools", "testbed", "testbed.sh")
+
+
+def tb(name, *args, **kw):
+    """testbed.sh --name NAME ARGS..., checked; its output as text."""
+    return subprocess.run([TESTBED, "--name", name, *args], check=True, text=True, capture_output=True, **kw)
+
+
+def host_command(name, host, *argv):
+    """The command line that runs argv on a testbed host (it execs down to argv)."""
+    return [TESTBED, "--name", name, "exec", host, *map(str, argv)]
+
+
+def proc_usage(pid):
+    """(CPU seconds, RSS bytes) of a live process."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    with open(f"/proc/{pid}/status") as f:
+        rss = int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
+    return cpu, rss
+
+
+def start_smbd(name, build, host, log_dir, capacity, timeout=120):
+    """smbd on `host`, port 7000: (its Popen, "ADDRESS:7000") once it is ready."""
+    addr = tb(name, "addr", host).stdout.strip()
+    log = open(os.path.join(log_dir, f"smbd-{host}.log"), "w+")
+    proc = subprocess.Popen(host_command(name, host, os.path.join(build, "smb-server", "smbd"), "--listen",
+                                         f"{addr}:7000", "--capacity", str(capacity)),
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        log.seek(0)
+        if "smbd ready" in log.read():
+            return proc, f"{addr}:7000"
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise RuntimeError(f"smbd on {host} did not start (log {log.name})")
+
+
+def replace_section(path, begin, end, text):
+    """Puts `text` (which starts with `begin` and ends with `end`) in place of
+    that section of the file, or at its end."""
+    doc = open(path).read()
+    if begin in doc:
+        doc = doc[:doc.index(begin)] + text + doc[doc.index(end) + len(end):]
+    else:
+        doc += "\n" + text + "\n"
+    open(path, "w").write(doc)
