@@ -6,6 +6,7 @@
 #include "transport/call_wire.hpp"
 #include "transport/server_ops.hpp"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace smb::transport::ucx {
@@ -17,7 +18,17 @@ enum AmId : unsigned {
   kAmAtomic = 4,  // client -> server: AmAtomicHeader; the reply carries the old value
   kAmCall = 5,    // client -> server: CallHeader (call_wire.hpp), data frame + payload; the reply carries a frame
   kAmPing = 6,    // client -> server: AmPingHeader; an empty reply (wires up the server's way back, see UcxChannel)
+  kAmReadBulk = 7,  // as kAmRead, and the reply's data comes by rendezvous
 };
+
+// Every active message names its protocol (UCP_AM_SEND_FLAG_EAGER or _RNDV),
+// whatever UCX_RNDV_THRESH says. Eager: headers, calls, atomics, small data
+// (the receiver gets it in UCX's buffer and copies it once). Rendezvous:
+// bulk data over TCP from kBulkFrom bytes on, a write's payload or a
+// kAmReadBulk reply: the receiver has UCX move it straight into the
+// segment, or into the reader's memory, without a copy through a bounce
+// buffer on either side (reads over TCP 0.6 -> 1.0 of ucp_am_bw).
+inline constexpr std::size_t kBulkFrom = 256 * 1024;
 
 struct AmPingHeader {
   std::uint64_t token;

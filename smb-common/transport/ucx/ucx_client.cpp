@@ -437,6 +437,7 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
     }
   }
   use_am_ = protocol == DataProtocol::am || (protocol == DataProtocol::automatic && !lanes.native_rma());
+  bulk_rendezvous_ = use_am_ && lanes.am == std::set<std::string>{"tcp"};
   shared_memory_rma_ = !use_am_ && lanes.native_rma();
   am_atomics_ = use_am_ || !lanes.native_amo();
   lanes_ = lanes.summary();
@@ -534,11 +535,14 @@ std::unique_ptr<RemoteSegment> UcxChannel::attach(const SegmentDescriptor& segme
 
 void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, const void* src,
                          void* dst, std::size_t length, const CompletionPtr& completion, const char* op) {
+  const bool reading = id == kAmRead;
+  const bool bulk = bulk_rendezvous_ && length >= kBulkFrom;
   const std::uint64_t token =
-      transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, dst, id == kAmRead ? length : 0, op});
+      transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, dst, reading ? length : 0, op});
   const AmRequestHeader header{token, seg.descriptor().id, offset, length};
-  QueuedRequest request{id, {}, sizeof header, id == kAmWrite ? src : nullptr, id == kAmWrite ? length : 0, {},
-                        token, completion, op};
+  QueuedRequest request{reading && bulk ? kAmReadBulk : id, {}, sizeof header, reading ? nullptr : src,
+                        reading ? 0 : length, {}, token, completion, op,
+                        !reading && bulk ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER};
   std::memcpy(request.header.data(), &header, sizeof header);
   send_credited(std::move(request));
 }
@@ -546,7 +550,8 @@ void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, 
 // Sends one request whose reply (matched by `token` in pending_) completes the op.
 void UcxChannel::send_request(unsigned id, const void* header, std::size_t header_length, const void* payload,
                               std::size_t payload_length, std::uint64_t token,
-                              const CompletionPtr& completion, const char* op, std::span<const std::byte> second) {
+                              const CompletionPtr& completion, const char* op, std::span<const std::byte> second,
+                              std::uint32_t protocol) {
   auto owned = std::make_unique<UcxClientTransport::SendContext>();
   auto* ctx = owned.get();
   std::memcpy(ctx->header.data(), header, header_length);
@@ -562,7 +567,7 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
     payload = ctx->iov.data();
     payload_length = ctx->iov.size();
   }
-  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  p.flags = UCP_AM_SEND_FLAG_REPLY | protocol;
   p.user_data = ctx;
   p.cb.send = [](void* request, ucs_status_t status, void* user_data) {
     ucp_request_free(request);
@@ -613,7 +618,7 @@ void UcxChannel::send_queued(const QueuedRequest& r) {
   ++in_flight_;
   transport_.credited_[r.token] = this;
   send_request(r.id, r.header.data(), r.header_length, r.payload, r.payload_length, r.token, r.completion, r.op,
-               r.second);
+               r.second, r.protocol);
   if (!transport_.pending_.contains(r.token) && transport_.credited_.erase(r.token) != 0)
     --in_flight_;  // refused at once: no reply will come
 }

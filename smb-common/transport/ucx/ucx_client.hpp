@@ -161,7 +161,8 @@ class UcxChannel final : public Channel {
   // starts with the token (from pending_) that the reply echoes.
   void send_request(unsigned id, const void* header, std::size_t header_length, const void* payload,
                     std::size_t payload_length, std::uint64_t token, const CompletionPtr& completion,
-                    const char* op, std::span<const std::byte> second = {});
+                    const char* op, std::span<const std::byte> second = {},
+                    std::uint32_t protocol = UCP_AM_SEND_FLAG_EAGER);
   void atomic(AtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
               std::uint64_t compare, std::uint64_t* result, const CompletionPtr& completion);
 
@@ -192,6 +193,7 @@ class UcxChannel final : public Channel {
     std::uint64_t token;
     CompletionPtr completion;
     const char* op;
+    std::uint32_t protocol = UCP_AM_SEND_FLAG_EAGER;  // or _RNDV (am_wire.hpp)
   };
   std::deque<QueuedRequest> queued_;
   std::uint32_t in_flight_ = 0;
@@ -199,6 +201,7 @@ class UcxChannel final : public Channel {
   void send_queued(const QueuedRequest& request);  // with a credit free
   void credit_returned();
   bool use_am_ = false;                 // data through the server ("am") rather than RMA
+  bool bulk_rendezvous_ = false;        // "am" over TCP: bulk data by rendezvous (am_wire.hpp)
   bool am_atomics_ = false;             // atomics through the server (no native atomic lane)
   bool peer_failure_detected_ = true;   // UCX reports the server's death on this endpoint
   bool shared_memory_rma_ = false;      // RMA over shared-memory lanes: a put done at once is visible

@@ -15,10 +15,6 @@ void throw_ucx(ucs_status_t status, const std::string& what) {
 ContextPtr make_context(const char* who) {
   ucp_config_t* config = nullptr;
   check_ucx(ucp_config_read(nullptr, nullptr, &config), std::string(who) + ": reading UCX configuration");
-  // The "am" data protocol needs eager active messages: UCX 1.13's rendezvous
-  // for a message received with ucp_am_recv_data_nbx never completes over TCP
-  // here. RMA is not affected by this threshold. A user setting wins.
-  if (std::getenv("UCX_RNDV_THRESH") == nullptr) ucp_config_modify(config, "RNDV_THRESH", "inf");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                       UCP_PARAM_FIELD_NAME;

@@ -62,7 +62,7 @@ void UcxServerTransport::delivered(ucp_ep_h ep) {
 // reports it sent; beyond the bound (reply_queue.hpp) the reply is dropped.
 void UcxServerTransport::send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data,
                                     std::size_t length, std::shared_ptr<const void> owner, std::uint64_t value,
-                                    Bytes frame) {
+                                    Bytes frame, std::uint32_t protocol) {
   auto& backlog = backlogs_[ep];
   if (!backlog.admit()) {
     if (!std::exchange(warned_backlog_, true))
@@ -85,7 +85,8 @@ void UcxServerTransport::send_reply(ucp_ep_h ep, std::uint64_t token, Errc statu
   ctx->header.length = length;
   ctx->owner = std::move(owner);
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = protocol;
   param.cb.send = &UcxServerTransport::reply_sent;
   param.user_data = ctx.get();
   ucs_status_ptr_t request =
@@ -104,6 +105,7 @@ UcxServerTransport::UcxServerTransport()
       address_(worker_address(worker_.get())) {
   set_handler(kAmWrite, &UcxServerTransport::on_write);
   set_handler(kAmRead, &UcxServerTransport::on_read);
+  set_handler(kAmReadBulk, &UcxServerTransport::on_read_bulk);
   set_handler(kAmAtomic, &UcxServerTransport::on_atomic);
   set_handler(kAmCall, &UcxServerTransport::on_call);
   set_handler(kAmPing, &UcxServerTransport::on_ping);
@@ -196,7 +198,7 @@ ucs_status_t UcxServerTransport::on_call(void* arg, const void* header, std::siz
                                          std::size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxServerTransport*>(arg);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  if (rndv) ucp_am_data_release(self->worker_.get(), data);  // calls are eager (UCX_RNDV_THRESH=inf)
+  if (rndv) ucp_am_data_release(self->worker_.get(), data);  // calls are sent eager (am_wire.hpp)
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
   const auto h = read_header<CallHeader>(header, header_length);
   if (!h) {
@@ -284,18 +286,29 @@ ucs_status_t UcxServerTransport::on_ping(void* arg, const void* header, std::siz
 ucs_status_t UcxServerTransport::on_read(void* arg, const void* header, std::size_t header_length,
                                          void* data, std::size_t /*length*/,
                                          const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<UcxServerTransport*>(arg);
+  static_cast<UcxServerTransport*>(arg)->serve_read(header, header_length, data, param, UCP_AM_SEND_FLAG_EAGER);
+  return UCS_OK;
+}
+
+ucs_status_t UcxServerTransport::on_read_bulk(void* arg, const void* header, std::size_t header_length,
+                                              void* data, std::size_t /*length*/,
+                                              const ucp_am_recv_param_t* param) {
+  static_cast<UcxServerTransport*>(arg)->serve_read(header, header_length, data, param, UCP_AM_SEND_FLAG_RNDV);
+  return UCS_OK;
+}
+
+void UcxServerTransport::serve_read(const void* header, std::size_t header_length, void* data,
+                                    const ucp_am_recv_param_t* param, std::uint32_t protocol) {
   AmRequestHeader h{};
-  if (!self->take_header(header, header_length, data, param, h)) return UCS_OK;
+  if (!take_header(header, header_length, data, param, h)) return;
   SegmentAccess access;
-  Errc check = check_request(self->resolver_, h, access);
+  Errc check = check_request(resolver_, h, access);
   if (check != Errc::ok) {
-    self->send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
-    return UCS_OK;
+    send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
+    return;
   }
   // Zero-copy from the segment; `owner` keeps it alive until the send completes.
-  self->send_reply(param->reply_ep, h.token, Errc::ok, access.base + h.offset, h.length, access.owner);
-  return UCS_OK;
+  send_reply(param->reply_ep, h.token, Errc::ok, access.base + h.offset, h.length, access.owner, 0, {}, protocol);
 }
 
 // Atomics for clients whose path has no atomic lane (TCP). The server CPU's

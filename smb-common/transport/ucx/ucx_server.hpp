@@ -60,6 +60,10 @@ class UcxServerTransport final : public ServerTransport {
                               std::size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t on_atomic(void* arg, const void* header, std::size_t header_length, void* data,
                                 std::size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_read_bulk(void* arg, const void* header, std::size_t header_length, void* data,
+                                   std::size_t length, const ucp_am_recv_param_t* param);
+  void serve_read(const void* header, std::size_t header_length, void* data, const ucp_am_recv_param_t* param,
+                  std::uint32_t protocol);
   static ucs_status_t on_ping(void* arg, const void* header, std::size_t header_length, void* data,
                               std::size_t length, const ucp_am_recv_param_t* param);
   template <class Header>
@@ -69,7 +73,8 @@ class UcxServerTransport final : public ServerTransport {
   bool send_queued_replies();  // true when there were any
   // The progress thread's: every reply to a client goes out here.
   void send_reply(ucp_ep_h ep, std::uint64_t token, Errc status, const void* data, std::size_t length,
-                  std::shared_ptr<const void> owner, std::uint64_t value = 0, Bytes frame = {});
+                  std::shared_ptr<const void> owner, std::uint64_t value = 0, Bytes frame = {},
+                  std::uint32_t protocol = UCP_AM_SEND_FLAG_EAGER);
   void delivered(ucp_ep_h ep);
   static void reply_sent(void* request, ucs_status_t status, void* user_data);
   static void write_received(void* request, ucs_status_t status, std::size_t length, void* user_data);
