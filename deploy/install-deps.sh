@@ -19,8 +19,8 @@ PACKAGES=(
   libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   # tests, and the fuzz targets (clang's libFuzzer, ASan, UBSan)
   libgtest-dev libgmock-dev clang libclang-rt-14-dev
-  # scripts (free-port lookup, process tools)
-  python3 procps iproute2 util-linux jq
+  # scripts (free-port lookup, process tools), and the benchmarks' TCP reference
+  python3 procps iproute2 util-linux jq iperf3
   # launching workers across hosts (smbrun -H, mpirun)
   openmpi-bin libopenmpi-dev
   # plugins: the smb Python package (pybind11, DLPack) and smb.torch (Debian's torch, CPU, with gloo)
