@@ -31,18 +31,19 @@ def proc_usage(pid):
     return cpu, rss
 
 
-def start_smbd(name, build, host, log_dir, capacity, timeout=120):
-    """smbd on `host`, port 7000: (its Popen, "ADDRESS:7000") once it is ready."""
-    addr = tb(name, "addr", host).stdout.strip()
-    log = open(os.path.join(log_dir, f"smbd-{host}.log"), "w+")
+def start_smbd(name, build, host, log_dir, capacity, timeout=120, listen=None):
+    """smbd on `host`, by default on its address, port 7000: (its Popen,
+    "ADDRESS:PORT") once it is ready."""
+    listen = listen or tb(name, "addr", host).stdout.strip() + ":7000"
+    log = open(os.path.join(log_dir, f"smbd-{host}-{listen.replace(':', '-')}.log"), "w+")
     proc = subprocess.Popen(host_command(name, host, os.path.join(build, "smb-server", "smbd"), "--listen",
-                                         f"{addr}:7000", "--capacity", str(capacity)),
+                                         listen, "--capacity", str(capacity)),
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + timeout
     while time.time() < deadline:
         log.seek(0)
         if "smbd ready" in log.read():
-            return proc, f"{addr}:7000"
+            return proc, listen
         if proc.poll() is not None:
             break
         time.sleep(0.1)
