@@ -25,6 +25,11 @@ std::string env_or(const char* name, const char* fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
+// An error that says the server is not there (rather than that it refused).
+bool is_absence(const Error& e) {
+  return e.code() == Errc::unreachable || e.code() == Errc::server_gone || e.code() == Errc::timeout;
+}
+
 transport::SegmentDescriptor segment_from(const Body& reply, const std::string& context) {
   transport::SegmentDescriptor d;
   d.id = protocol::get_u64(reply, "segment_id", context);
@@ -51,7 +56,13 @@ ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
   std::sort(sorted_servers_.begin(), sorted_servers_.end());
   sorted_servers_.erase(std::unique(sorted_servers_.begin(), sorted_servers_.end()), sorted_servers_.end());
   transport_ = transport::make_client_transport(options_.transport, options_.transport_options);
-  for (const auto& s : sorted_servers_) link(s);  // fail fast on a wrong address
+  for (const auto& s : sorted_servers_) {
+    try {
+      link(s);  // fail fast on a wrong address
+    } catch (const Error& e) {
+      if (!options_.tolerate_unreachable || !is_absence(e)) throw;
+    }
+  }
 }
 
 ClientCore::~ClientCore() {
@@ -62,11 +73,24 @@ ClientCore::~ClientCore() {
 client::ServerLink& ClientCore::link(const std::string& server) {
   std::lock_guard lock(links_mutex_);
   if (auto it = links_.find(server); it != links_.end()) return it->second;
+  if (auto it = unreachable_.find(server); it != unreachable_.end()) throw Error(Errc::unreachable, it->second);
+  if (!options_.tolerate_unreachable) return connect(server);
+  try {
+    return connect(server);
+  } catch (const Error& e) {
+    unreachable_.emplace(server, e.what());
+    throw;
+  }
+}
+
+// Under links_mutex_.
+client::ServerLink& ClientCore::connect(const std::string& server) {
   client::ServerLink l;
   l.control = std::make_unique<client::ControlConnection>(
       server, options_.timeout,
       Body{{"client", "libsmb"}, {"transport", transport_->name()}, {"address", protocol::binary(transport_->address())}});
   l.channel = transport_->connect(protocol::get_binary(l.control->hello_reply(), "address", "hello"), server);
+  if (l.control->hello_reply().contains("instance")) l.instance = protocol::get_u64(l.control->hello_reply(), "instance", "hello");
   l.waits = std::make_unique<client::WaitConnections>(
       server, options_.timeout, Body{{"client", "libsmb-wait"}, {"transport", transport_->name()}});
   return links_.emplace(server, std::move(l)).first->second;
@@ -85,7 +109,7 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
   if (options.stripe_unit == 0 || options.stripe_unit % 8 != 0)
     throw Error(Errc::invalid_argument, context + ": stripe unit " + std::to_string(options.stripe_unit) +
                                             " must be a positive multiple of 8");
-  Layout layout{name, size, options.stripe_unit, {}, {}};
+  Layout layout{name, size, options.stripe_unit, {}, {}, {}};
   if (options.servers.empty()) {
     layout.servers = sorted_servers_;
   } else {
@@ -105,6 +129,7 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
                                     std::to_string(layout.servers.size()) + " server(s) needs " +
                                     util::format_bytes(largest) + " on one, more than any smbd lends (256 TiB)");
 
+  for (const auto& s : layout.servers) layout.instances.push_back(link(s).instance);
   auto& home = link(home_of(name));
   home.control->call(MessageType::reserve_name, {{"name", name}, {"layout", protocol::layout_to_body(layout)}});
   std::vector<std::string> allocated;
@@ -154,10 +179,9 @@ std::shared_ptr<BufferCore> ClientCore::attach(const Layout& layout,
 }
 
 std::shared_ptr<BufferCore> ClientCore::open(std::string_view name_view) {
-  const std::string name(name_view);
-  protocol::validate_name(name);
-  auto reply = link(home_of(name)).control->call(MessageType::get_layout, {{"name", name}});
-  const auto layout = protocol::layout_from_body(reply["layout"], "get_layout");
+  const auto layout = info(name_view);
+  const std::string& name = layout.name;
+  check_not_lost(layout, "open buffer '" + name + "'");
   std::vector<transport::SegmentDescriptor> descriptors(layout.servers.size());
   for (std::size_t i = 0; i < layout.servers.size(); ++i) {
     if (layout.shares[i] == 0) continue;
@@ -212,32 +236,60 @@ std::vector<ServerStatus> ClientCore::status() {
   for (const auto& s : sorted_servers_) {
     ServerStatus st;
     st.address = s;
-    bool first = true;
-    each_page(*link(s).control, MessageType::stat, [&](const Body& r) {
-      if (first) {
-        st.transport = protocol::get_string(r, "transport", "stat");
-        st.capacity = protocol::get_u64(r, "capacity", "stat");
-        st.used = protocol::get_u64(r, "used", "stat");
-        st.largest_free = protocol::get_u64(r, "largest_free", "stat");
-        st.huge_pages = protocol::get_bool(r, "huge_pages", "stat");
-        st.clients = static_cast<std::uint32_t>(protocol::get_u64(r, "clients", "stat"));
-        first = false;
-      }
-      for (const auto& b : r.value("buffers", Body::array()))
-        st.buffers.push_back(BufferSummary{protocol::get_string(b, "name", "stat"), protocol::get_u64(b, "bytes", "stat"),
-                                           static_cast<std::uint32_t>(protocol::get_u64(b, "open_handles", "stat"))});
-    });
+    try {
+      stat_of(s, st);
+    } catch (const Error& e) {
+      if (!is_absence(e)) throw;
+      st = ServerStatus();
+      st.address = s;
+      st.reachable = false;
+      st.error = e.what();
+      note_unreachable(s, e);
+    }
     out.push_back(std::move(st));
   }
   return out;
 }
 
+void ClientCore::note_unreachable(const std::string& server, const Error& e) {
+  std::lock_guard lock(links_mutex_);
+  unreachable_.emplace(server, e.what());
+}
+
+void ClientCore::stat_of(const std::string& s, ServerStatus& st) {
+  bool first = true;
+  each_page(*link(s).control, MessageType::stat, [&](const Body& r) {
+    if (first) {
+      if (r.contains("instance")) st.instance = protocol::get_u64(r, "instance", "stat");
+      st.transport = protocol::get_string(r, "transport", "stat");
+      st.capacity = protocol::get_u64(r, "capacity", "stat");
+      st.used = protocol::get_u64(r, "used", "stat");
+      st.largest_free = protocol::get_u64(r, "largest_free", "stat");
+      st.huge_pages = protocol::get_bool(r, "huge_pages", "stat");
+      st.clients = static_cast<std::uint32_t>(protocol::get_u64(r, "clients", "stat"));
+      first = false;
+    }
+    for (const auto& b : r.value("buffers", Body::array()))
+      st.buffers.push_back(BufferSummary{protocol::get_string(b, "name", "stat"), protocol::get_u64(b, "bytes", "stat"),
+                                         static_cast<std::uint32_t>(protocol::get_u64(b, "open_handles", "stat"))});
+  });
+}
+
 std::vector<Layout> ClientCore::list() {
   std::vector<Layout> out;
-  for (const auto& s : sorted_servers_)
-    each_page(*link(s).control, MessageType::list_layouts, [&](const Body& r) {
-      for (const auto& l : r.value("layouts", Body::array())) out.push_back(protocol::layout_from_body(l, "list"));
-    });
+  for (const auto& s : sorted_servers_) {
+    std::vector<Layout> kept;
+    try {
+      each_page(*link(s).control, MessageType::list_layouts, [&](const Body& r) {
+        for (const auto& l : r.value("layouts", Body::array())) kept.push_back(protocol::layout_from_body(l, "list"));
+      });
+    } catch (const Error& e) {
+      if (!is_absence(e)) throw;
+      note_unreachable(s, e);
+      continue;
+    }
+    out.insert(out.end(), kept.begin(), kept.end());
+  }
   std::sort(out.begin(), out.end(), [](const Layout& a, const Layout& b) { return a.name < b.name; });
   return out;
 }
@@ -245,8 +297,51 @@ std::vector<Layout> ClientCore::list() {
 Layout ClientCore::info(std::string_view name_view) {
   const std::string name(name_view);
   protocol::validate_name(name);
-  auto reply = link(home_of(name)).control->call(MessageType::get_layout, {{"name", name}});
+  const auto& home = home_of(name);
+  client::ServerLink* l = nullptr;
+  try {
+    l = &link(home);
+  } catch (const Error& e) {
+    if (e.code() != Errc::unreachable) throw;
+    throw Error(e.code(), "buffer '" + name + "': its layout is kept by its home server " + home +
+                              ", which cannot be reached: " + e.what());
+  }
+  auto reply = l->control->call(MessageType::get_layout, {{"name", name}});
   return protocol::layout_from_body(reply["layout"], "get_layout");
+}
+
+std::vector<ShareState> ClientCore::check(const Layout& layout) {
+  std::vector<ShareState> out;
+  for (std::size_t i = 0; i < layout.servers.size(); ++i) {
+    client::ServerLink* l = nullptr;
+    try {
+      l = &link(layout.servers[i]);
+    } catch (const Error&) {
+      out.push_back(ShareState::unreachable);
+      continue;
+    }
+    if (l->control->broken() || l->control->peer_closed())
+      out.push_back(ShareState::unreachable);
+    else if (i < layout.instances.size() && layout.instances[i] != 0 && layout.instances[i] != l->instance)
+      out.push_back(ShareState::restarted);
+    else
+      out.push_back(ShareState::ok);
+  }
+  return out;
+}
+
+void ClientCore::check_not_lost(const Layout& layout, const std::string& context) {
+  const auto states = check(layout);
+  for (std::size_t i = 0; i < states.size(); ++i)
+    if (states[i] == ShareState::restarted && layout.shares[i] > 0)
+      throw Error(Errc::data_lost, context + ": lost: server " + layout.servers[i] +
+                                       " restarted since the buffer was made; its stripes of this buffer (" +
+                                       util::format_bytes(layout.shares[i]) + ") are gone");
+}
+
+std::map<std::string, std::string> ClientCore::unreachable_servers() const {
+  std::lock_guard lock(links_mutex_);
+  return unreachable_;
 }
 
 std::vector<std::string> ClientCore::describe_paths() {

@@ -22,6 +22,7 @@ struct ServerLink {
   std::unique_ptr<ControlConnection> control;
   std::unique_ptr<WaitConnections> waits;  // locks and barriers wait on these
   std::unique_ptr<transport::Channel> channel;
+  std::uint64_t instance = 0;  // the run of smbd we said hello to (0: a server that has none)
 
   // Where the transport cannot see a dead server itself, the closed control
   // connection tells: the channel is failed, so that ops fail instead of
@@ -53,9 +54,12 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::vector<ServerStatus> status();
   std::vector<Layout> list();
   Layout info(std::string_view name);
+  std::vector<ShareState> check(const Layout& layout);
+  std::map<std::string, std::string> unreachable_servers() const;
   std::vector<std::string> describe_paths();
 
   // Connects on first use, so a layout may name servers this client was not given.
+  // With tolerate_unreachable, a server that failed once fails at once after.
   client::ServerLink& link(const std::string& server);
   const std::string& home_of(std::string_view name) const;
   transport::ClientTransport& transport() { return *transport_; }
@@ -65,12 +69,18 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
  private:
   std::shared_ptr<BufferCore> attach(const Layout& layout,
                                      const std::vector<transport::SegmentDescriptor>& descriptors);
+  client::ServerLink& connect(const std::string& server);
+  void stat_of(const std::string& server, ServerStatus& out);
+  void note_unreachable(const std::string& server, const Error& e);
+  // Throws Errc::data_lost where a server of `layout` restarted since it was made.
+  void check_not_lost(const Layout& layout, const std::string& context);
 
   ClientOptions options_;
   std::vector<std::string> sorted_servers_;
   std::unique_ptr<transport::ClientTransport> transport_;
-  std::mutex links_mutex_;
+  mutable std::mutex links_mutex_;
   std::map<std::string, client::ServerLink> links_;
+  std::map<std::string, std::string> unreachable_;  // with tolerate_unreachable: server -> why
 };
 
 class BufferCore {

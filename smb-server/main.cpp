@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <random>
 
 namespace {
 
@@ -33,6 +34,15 @@ struct Options {
   smb::server::ConnectionLimits connections;
   smb::server::SessionQuotas quotas;
 };
+
+// This run's identity (ServerIdentity::instance): random, never 0 (0 is a
+// layout made before servers had one).
+std::uint64_t draw_instance() {
+  std::random_device device;
+  std::uint64_t id = 0;
+  while (id == 0) id = (std::uint64_t{device()} << 32) | device();
+  return id;
+}
 
 // Descriptors kept for everything that is not a control connection: the
 // transport's own (UCX's sockets and shared memory, verbs' channels), logs.
@@ -104,7 +114,7 @@ int run(Options options) {
     throw smb::Error(smb::Errc::invalid_argument,
                      "--listen host '" + listen.host + "' is not an IP address of this machine");
   }
-  smb::server::ServerIdentity identity{"", transport->name(), transport->address()};
+  smb::server::ServerIdentity identity{"", transport->name(), transport->address(), draw_instance()};
   std::unique_ptr<smb::server::ControlServer> control;
   try {
     control = std::make_unique<smb::server::ControlServer>(io, endpoint, registry, identity, options.connections,

@@ -72,10 +72,15 @@ Body page_reply(Body fields, const char* items, const Page<T>& page, Body list) 
 // the geometry and the bounds every server shares).
 void RequestHandler::check_fits(const Layout& layout) const {
   const auto capacity = registry_.stats().capacity;
-  for (std::size_t i = 0; i < layout.servers.size(); ++i)
-    if (layout.servers[i] == identity_.address && layout.shares[i] > capacity)
+  for (std::size_t i = 0; i < layout.servers.size(); ++i) {
+    if (layout.servers[i] != identity_.address) continue;
+    if (layout.shares[i] > capacity)
       throw Error(Errc::no_space, "buffer '" + layout.name + "': its share of " + util::format_bytes(layout.shares[i]) +
                                       " on this server exceeds its capacity of " + util::format_bytes(capacity));
+    if (!layout.instances.empty() && layout.instances[i] != identity_.instance)
+      throw Error(Errc::invalid_argument, "buffer '" + layout.name + "': its layout names another run of this server (" +
+                                              "it restarted since the client connected): reconnect and retry");
+  }
 }
 
 Body RequestHandler::hello(SessionId session, const Body& req) {
@@ -86,7 +91,8 @@ Body RequestHandler::hello(SessionId session, const Body& req) {
   return protocol::ok_reply({{"server", identity_.address},
                              {"transport", identity_.transport},
                              {"address", protocol::binary(identity_.transport_address)},
-                             {"session", session}});
+                             {"session", session},
+                             {"instance", identity_.instance}});
 }
 
 Body RequestHandler::reserve_name(SessionId session, const Body& req) {
@@ -143,6 +149,7 @@ Body RequestHandler::stat(SessionId, const Body& req) {
     buffers.push_back({{"name", b.name}, {"bytes", b.bytes}, {"open_handles", b.open_handles}});
   return page_reply({{"server", identity_.address},
                      {"transport", identity_.transport},
+                     {"instance", identity_.instance},
                      {"capacity", s.capacity},
                      {"used", s.used},
                      {"largest_free", s.largest_free},

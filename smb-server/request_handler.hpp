@@ -14,6 +14,10 @@ struct ServerIdentity {
   std::string address;    // "host:port" this daemon listens on
   std::string transport;  // "ucx"
   transport::Bytes transport_address;
+  // Drawn at random at start: a layout records the run that holds each
+  // share, so a client can tell a restarted (empty) server from the one
+  // that has its data.
+  std::uint64_t instance = 0;
 };
 
 class RequestHandler {

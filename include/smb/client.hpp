@@ -38,6 +38,11 @@ struct ClientOptions {
   /// UCX's data protocol (docs/architecture.md, "The transport abstraction"); a key the transport
   /// does not know is an error.
   std::map<std::string, std::string> transport_options;
+  /// false (default): the constructor fails when any server cannot be
+  /// reached. true: an unreachable server is recorded instead (see
+  /// Client::unreachable_servers(); calls that need it fail at once with
+  /// Errc::unreachable), so that tools can report a degraded fabric.
+  bool tolerate_unreachable = false;
 };
 
 struct BufferOptions {
@@ -53,7 +58,18 @@ struct Layout {
   std::uint64_t stripe_unit = 0;
   std::vector<std::string> servers;     ///< in stripe order
   std::vector<std::uint64_t> shares;    ///< bytes held by each server
+  /// Per server, the run of smbd (a random id drawn at its start) that
+  /// holds the share: a server that restarted since holds none of it.
+  std::vector<std::uint64_t> instances;
 };
+
+/// How one server of a buffer's layout stands now (Client::check).
+enum class ShareState {
+  ok,           ///< reachable, and the run of smbd that holds the share
+  unreachable,  ///< cannot be reached now: the share may come back with it
+  restarted,    ///< smbd restarted since the buffer was made: its share is gone
+};
+const char* share_state_name(ShareState state) noexcept;
 
 struct BufferSummary {
   std::string name;
@@ -63,6 +79,11 @@ struct BufferSummary {
 
 struct ServerStatus {
   std::string address;
+  /// false: the server could not be reached (error says why) and the
+  /// fields below are empty.
+  bool reachable = true;
+  std::string error;
+  std::uint64_t instance = 0;  ///< this run of smbd (see Layout::instances)
   std::string transport;
   std::uint64_t capacity = 0;
   std::uint64_t used = 0;
@@ -221,9 +242,18 @@ class Client {
   void barrier(std::string_view name, std::uint32_t parties,
                std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
+  /// Every server's state; one that cannot be reached is reported as such
+  /// (reachable false), not thrown.
   std::vector<ServerStatus> status();
+  /// The buffers whose layouts the reachable servers keep (a layout lives
+  /// on its name's home server: those homed on an unreachable one are left
+  /// out, see unreachable_servers()).
   std::vector<Layout> list();
   Layout info(std::string_view name);
+  /// Per server of `layout`: whether its share is there now.
+  std::vector<ShareState> check(const Layout& layout);
+  /// Servers found unreachable so far, with the reason.
+  std::map<std::string, std::string> unreachable_servers() const;
 
   const std::vector<std::string>& servers() const;
   /// One line per server: transport, data protocol and the UCX lanes chosen.

@@ -20,7 +20,11 @@ enum class Errc : int {
   protocol = 9,           ///< malformed or unexpected message
   transport = 10,         ///< the transport (UCX, verbs) reported a failure
   internal = 11,
+  data_lost = 12,         ///< a server restarted empty: its stripes of a buffer are gone
 };
+
+/// The highest code: one above it from the wire is a code this build does not know.
+inline constexpr Errc kLastErrc = Errc::data_lost;
 
 const char* errc_name(Errc code) noexcept;
 

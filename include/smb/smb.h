@@ -27,7 +27,8 @@ enum smb_errc {
   SMB_ETIMEDOUT = 8,    /**< a wait ran past its deadline */
   SMB_EPROTO = 9,       /**< malformed or unexpected message */
   SMB_ETRANSPORT = 10,  /**< the transport (UCX, verbs) reported a failure */
-  SMB_EINTERNAL = 11
+  SMB_EINTERNAL = 11,
+  SMB_ELOST = 12        /**< a server restarted empty: its stripes of a buffer are gone */
 };
 
 typedef struct smb_client smb_client;

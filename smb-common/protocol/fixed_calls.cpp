@@ -187,7 +187,7 @@ FixedReply decode_fixed_reply(MessageType type, std::span<const std::uint8_t> fr
     bad(Errc::protocol, "reply length does not match its header", call);
   FixedReply reply;
   // A code this build does not know is still a failure.
-  reply.code = code > static_cast<std::uint64_t>(Errc::internal) ? Errc::internal : static_cast<Errc>(code);
+  reply.code = code > static_cast<std::uint64_t>(kLastErrc) ? Errc::internal : static_cast<Errc>(code);
   reply.version = get_le(b + 8, 8);
   reply.message.assign(reinterpret_cast<const char*>(b + kFixedReplySize), message_length);
   if (reply.code != Errc::ok && reply.message.empty()) reply.message = "unspecified error";

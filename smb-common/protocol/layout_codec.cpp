@@ -10,11 +10,13 @@
 namespace smb::protocol {
 
 Body layout_to_body(const Layout& layout) {
-  return Body{{"name", layout.name},
-              {"size", layout.size},
-              {"stripe_unit", layout.stripe_unit},
-              {"servers", layout.servers},
-              {"shares", layout.shares}};
+  Body body{{"name", layout.name},
+            {"size", layout.size},
+            {"stripe_unit", layout.stripe_unit},
+            {"servers", layout.servers},
+            {"shares", layout.shares}};
+  if (!layout.instances.empty()) body["instances"] = layout.instances;
+  return body;
 }
 
 Layout layout_from_body(const Body& body, std::string_view what) {
@@ -46,6 +48,16 @@ Layout layout_from_body(const Body& body, std::string_view what) {
     if (l.shares.back() != g.share(static_cast<std::uint32_t>(i)) || l.shares.back() > kMaxServerCapacity)
       throw Error(Errc::protocol, std::string(what) + ": layout share of server " + std::to_string(i) +
                                       " does not match its geometry");
+  }
+  // The servers' runs that hold the shares: absent in layouts from before
+  // servers had them; otherwise one per server.
+  if (auto instances = body.find("instances"); instances != body.end()) {
+    if (!instances->is_array() || instances->size() != l.servers.size())
+      throw Error(Errc::protocol, std::string(what) + ": layout has a bad number of server instances");
+    for (const auto& id : *instances) {
+      if (!id.is_number_unsigned()) throw Error(Errc::protocol, std::string(what) + ": layout instance is not a number");
+      l.instances.push_back(id.get<std::uint64_t>());
+    }
   }
   auto sorted = l.servers;
   std::sort(sorted.begin(), sorted.end());

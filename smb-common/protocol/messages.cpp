@@ -217,7 +217,7 @@ void throw_if_error(const Body& reply, const std::string& context) {
   if (ok->get<bool>()) return;
   auto errc = reply.find("errc");
   int code = errc != reply.end() && errc->is_number_integer() ? errc->get<int>() : static_cast<int>(Errc::internal);
-  if (code <= 0 || code > static_cast<int>(Errc::internal)) code = static_cast<int>(Errc::internal);
+  if (code <= 0 || code > static_cast<int>(kLastErrc)) code = static_cast<int>(Errc::internal);
   std::string message = reply.contains("error") && reply["error"].is_string()
                             ? reply["error"].get<std::string>()
                             : std::string("unspecified error");

@@ -24,8 +24,18 @@ const char* errc_name(Errc code) noexcept {
     case Errc::protocol: return "protocol error";
     case Errc::transport: return "transport error";
     case Errc::internal: return "internal error";
+    case Errc::data_lost: return "data lost";
   }
   return "unknown error";
+}
+
+const char* share_state_name(ShareState state) noexcept {
+  switch (state) {
+    case ShareState::ok: return "ok";
+    case ShareState::unreachable: return "unreachable";
+    case ShareState::restarted: return "restarted (share lost)";
+  }
+  return "unknown";
 }
 
 std::uint64_t parse_size(std::string_view text) {

@@ -41,7 +41,7 @@ Bytes body(const Body& b) { return Body::to_msgpack(b); }
 std::uint16_t type_of(MessageType t) { return static_cast<std::uint16_t>(t); }
 
 Layout layout(const std::string& name, std::uint64_t size, std::uint64_t unit, std::vector<std::string> servers) {
-  Layout l{name, size, unit, std::move(servers), {}};
+  Layout l{name, size, unit, std::move(servers), {}, {}};
   protocol::StripeGeometry g{size, unit, static_cast<std::uint32_t>(l.servers.size())};
   for (std::uint32_t i = 0; i < g.servers; ++i) l.shares.push_back(g.share(i));
   return l;

@@ -101,11 +101,21 @@ void FabricTest::SetUp() {
     daemon.extra_args = {"--transport", param.transport};
     env_.set("SMB_TRANSPORT", param.transport);
   }
+  daemon_ = daemon;
   try {
     for (int i = 0; i < GetParam().servers; ++i) servers_.push_back(std::make_unique<SmbdProcess>(daemon));
   } catch (const std::exception& e) {
     GTEST_FAIL() << "could not start smbd: " << e.what();
   }
+}
+
+void FabricTest::restart_server(std::size_t index) {
+  auto& slot = servers_.at(index);
+  const std::string address = slot->address();
+  slot->kill();
+  SmbdOptions again = daemon_;
+  again.listen = address;
+  slot = std::make_unique<SmbdProcess>(again);  // throws with the daemon's log if it cannot start
 }
 
 void FabricTest::TearDown() {

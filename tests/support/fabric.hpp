@@ -67,6 +67,9 @@ class FabricTest : public testing::TestWithParam<FabricParam> {
   // The transport the fabric's daemons serve: "ucx" or "verbs".
   std::string fabric_transport() const { return GetParam().transport; }
   SmbdProcess& server(std::size_t index) { return *servers_.at(index); }
+  // Kills server `index` (if it still runs) and starts a fresh, empty smbd
+  // on the same address: a crashed server that came back.
+  void restart_server(std::size_t index);
   std::vector<std::string> addresses() const;
   std::string server_list() const;  // "h:p,h:p", as --servers takes it
 
@@ -79,6 +82,7 @@ class FabricTest : public testing::TestWithParam<FabricParam> {
 
  private:
   ScopedEnv env_;  // first member: restored only after the servers are gone
+  SmbdOptions daemon_;  // how the servers were started
   std::vector<std::unique_ptr<SmbdProcess>> servers_;
 };
 

@@ -15,7 +15,7 @@ namespace proto = smb::protocol;
 using smb::Errc;
 
 smb::Layout sample_layout() {
-  smb::Layout l{"weights.v1", 10 * 4096 + 5, 4096, {"127.0.0.1:7000", "127.0.0.1:7001", "10.0.0.2:7000"}, {}};
+  smb::Layout l{"weights.v1", 10 * 4096 + 5, 4096, {"127.0.0.1:7000", "127.0.0.1:7001", "10.0.0.2:7000"}, {}, {}};
   const proto::StripeGeometry g{l.size, l.stripe_unit, 3};
   for (std::uint32_t i = 0; i < 3; ++i) l.shares.push_back(g.share(i));
   return l;
@@ -40,6 +40,24 @@ TEST(LayoutCodec, RoundTripsExactly) {
   EXPECT_EQ(back.stripe_unit, l.stripe_unit);
   EXPECT_EQ(back.servers, l.servers);
   EXPECT_EQ(back.shares, l.shares);
+}
+
+// The servers' runs that hold the shares travel with the layout; a layout
+// without them (made before servers had them) still reads; a wrong number
+// or a non-number is refused.
+TEST(LayoutCodec, ServerInstancesRoundTripAndAreChecked) {
+  auto l = sample_layout();
+  EXPECT_FALSE(proto::layout_to_body(l).contains("instances"));
+  EXPECT_TRUE(proto::layout_from_body(proto::layout_to_body(l), "t").instances.empty());
+  l.instances = {7, 0xFFFFFFFFFFFFFFFFull, 42};
+  EXPECT_EQ(proto::layout_from_body(proto::layout_to_body(l), "t").instances, l.instances);
+  auto b = proto::layout_to_body(l);
+  b["instances"] = proto::Body::array({1, 2});
+  expect_rejected(b, Errc::protocol, "two instances for three servers");
+  b["instances"] = proto::Body::array({1, "two", 3});
+  expect_rejected(b, Errc::protocol, "an instance that is not a number");
+  b["instances"] = 5;
+  expect_rejected(b, Errc::protocol, "instances not an array");
 }
 
 TEST(LayoutCodec, RoundTripsThroughMessagePack) {
@@ -94,7 +112,7 @@ TEST(LayoutCodec, RejectsGeometryThatDoesNotAddUp) {
 }
 
 TEST(LayoutCodec, RejectsTooManyServers) {
-  smb::Layout l{"big", proto::kMaxServersPerBuffer + 1, 8, {}, {}};
+  smb::Layout l{"big", proto::kMaxServersPerBuffer + 1, 8, {}, {}, {}};
   proto::StripeGeometry g{l.size, 8, static_cast<std::uint32_t>(proto::kMaxServersPerBuffer + 1)};
   for (std::uint32_t i = 0; i < g.servers; ++i) {
     l.servers.push_back("10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1) + ":7000");
@@ -132,7 +150,7 @@ TEST(LayoutCodec, HomeServerIsStableAndInRange) {
 // multiple of 8, shares a server could hold, distinct servers.
 TEST(LayoutCodec, RejectsLayoutsNoClientBuilds) {
   auto with = [](std::uint64_t size, std::uint64_t unit, std::vector<std::string> servers) {
-    smb::Layout l{"forged", size, unit, std::move(servers), {}};
+    smb::Layout l{"forged", size, unit, std::move(servers), {}, {}};
     const proto::StripeGeometry g{size, unit, static_cast<std::uint32_t>(l.servers.size())};
     for (std::uint32_t i = 0; i < g.servers; ++i) l.shares.push_back(g.share(i));
     return proto::layout_to_body(l);

@@ -111,8 +111,8 @@ TEST(FormatBytes, UsesBinaryUnits) {
 
 TEST(ErrcName, EveryCodeHasItsOwnName) {
   std::set<std::string> names;
-  for (int c = 0; c <= static_cast<int>(Errc::internal); ++c) names.insert(smb::errc_name(static_cast<Errc>(c)));
-  EXPECT_EQ(names.size(), static_cast<std::size_t>(Errc::internal) + 1);
+  for (int c = 0; c <= static_cast<int>(smb::kLastErrc); ++c) names.insert(smb::errc_name(static_cast<Errc>(c)));
+  EXPECT_EQ(names.size(), static_cast<std::size_t>(smb::kLastErrc) + 1);
 }
 
 }  // namespace

@@ -11,61 +11,112 @@
 namespace smb::smbctl {
 namespace {
 
-nlohmann::json to_json(const Layout& layout) {
+nlohmann::json to_json(const Layout& layout, const std::vector<ShareState>& states) {
   auto servers = nlohmann::json::array();
   for (std::size_t i = 0; i < layout.servers.size(); ++i) {
     const std::uint64_t share = i < layout.shares.size() ? layout.shares[i] : 0;
-    servers.push_back({{"address", layout.servers[i]}, {"share", share}});
+    servers.push_back({{"address", layout.servers[i]}, {"share", share}, {"state", share_state_name(states[i])}});
   }
   return {{"name", layout.name},
           {"size", layout.size},
           {"stripe_unit", layout.stripe_unit},
           {"server_count", layout.servers.size()},
+          {"state", buffer_state(layout, states)},
           {"servers", std::move(servers)}};
+}
+
+nlohmann::json unreachable_json(const std::map<std::string, std::string>& unreachable) {
+  auto list = nlohmann::json::array();
+  for (const auto& [address, error] : unreachable) list.push_back({{"address", address}, {"error", error}});
+  return list;
 }
 
 }  // namespace
 
-void list_buffers(Client& client, bool json) {
-  const auto layouts = client.list();
-  if (json) {
-    auto list = nlohmann::json::array();
-    for (const auto& l : layouts) list.push_back(to_json(l));
-    std::cout << nlohmann::json{{"buffers", std::move(list)}}.dump(2) << '\n';
-    return;
+std::string buffer_state(const Layout& layout, const std::vector<ShareState>& states) {
+  std::size_t unreachable = 0;
+  std::string restarted;
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    if (states[i] == ShareState::unreachable) ++unreachable;
+    if (states[i] == ShareState::restarted && layout.shares[i] > 0)
+      restarted += (restarted.empty() ? "" : ", ") + layout.servers[i];
   }
-  if (layouts.empty()) {
-    std::cout << "no buffers\n";
-    return;
-  }
-  Table table({"NAME", "SIZE", "STRIPE UNIT", "SERVERS"});
-  for (std::size_t c : {1u, 2u, 3u}) table.align_right(c);
-  for (const auto& l : layouts)
-    table.add_row({l.name, util::format_bytes(l.size), util::format_bytes(l.stripe_unit),
-                   std::to_string(l.servers.size())});
-  table.print(std::cout);
+  if (!restarted.empty()) return "lost: " + restarted + " restarted; its stripes of this buffer are gone";
+  if (unreachable > 0)
+    return "degraded: " + std::to_string(unreachable) + " of " + std::to_string(states.size()) +
+           " servers unreachable";
+  return "ok";
 }
 
-void show_info(Client& client, const std::string& name, bool json) {
-  const auto layout = client.info(name);
+void print_unreachable(const std::map<std::string, std::string>& unreachable, std::ostream& out) {
+  for (const auto& [address, error] : unreachable) out << "unreachable: " << address << ": " << error << '\n';
+}
+
+bool list_buffers(Client& client, bool json) {
+  const auto layouts = client.list();
+  std::vector<std::vector<ShareState>> states;
+  bool degraded = false;
+  for (const auto& l : layouts) {
+    states.push_back(client.check(l));
+    degraded = degraded || buffer_state(l, states.back()) != "ok";
+  }
+  const auto unreachable = client.unreachable_servers();
+  degraded = degraded || !unreachable.empty();
   if (json) {
-    std::cout << to_json(layout).dump(2) << '\n';
-    return;
+    auto list = nlohmann::json::array();
+    for (std::size_t i = 0; i < layouts.size(); ++i) list.push_back(to_json(layouts[i], states[i]));
+    // Layouts live on their names' home servers: those homed on an
+    // unreachable server cannot be listed.
+    std::cout << nlohmann::json{{"buffers", std::move(list)},
+                                {"degraded", degraded},
+                                {"unreachable", unreachable_json(unreachable)}}
+                     .dump(2)
+              << '\n';
+    return degraded;
+  }
+  if (layouts.empty()) {
+    std::cout << "no buffers" << (unreachable.empty() ? "" : " on the reachable servers") << '\n';
+  } else {
+    Table table({"NAME", "SIZE", "STRIPE UNIT", "SERVERS", "STATE"});
+    for (std::size_t c : {1u, 2u, 3u}) table.align_right(c);
+    for (std::size_t i = 0; i < layouts.size(); ++i) {
+      const auto& l = layouts[i];
+      table.add_row({l.name, util::format_bytes(l.size), util::format_bytes(l.stripe_unit),
+                     std::to_string(l.servers.size()), buffer_state(l, states[i])});
+    }
+    table.print(std::cout);
+  }
+  if (!unreachable.empty()) {
+    std::cout << "buffers whose layouts the unreachable servers keep are not listed\n";
+    print_unreachable(unreachable, std::cout);
+  }
+  return degraded;
+}
+
+bool show_info(Client& client, const std::string& name, bool json) {
+  const auto layout = client.info(name);
+  const auto states = client.check(layout);
+  if (json) {
+    std::cout << to_json(layout, states).dump(2) << '\n';
+    return buffer_state(layout, states) != "ok";
   }
   std::cout << "name:         " << layout.name << '\n'
             << "size:         " << util::format_bytes(layout.size) << " (" << layout.size << " bytes)\n"
             << "stripe unit:  " << util::format_bytes(layout.stripe_unit) << " (" << layout.stripe_unit
             << " bytes)\n"
             << "servers:      " << layout.servers.size() << " (stripe i on server i mod "
-            << layout.servers.size() << ")\n";
-  Table table({"#", "SERVER", "SHARE"});
+            << layout.servers.size() << ")\n"
+            << "state:        " << buffer_state(layout, states) << '\n';
+  Table table({"#", "SERVER", "SHARE", "STATE"});
   table.align_right(0);
   table.align_right(2);
   for (std::size_t i = 0; i < layout.servers.size(); ++i) {
     const std::uint64_t share = i < layout.shares.size() ? layout.shares[i] : 0;
-    table.add_row({std::to_string(i), layout.servers[i], bytes_with_percent(share, layout.size)});
+    table.add_row({std::to_string(i), layout.servers[i], bytes_with_percent(share, layout.size),
+                   share_state_name(states[i])});
   }
   table.print(std::cout, "  ");
+  return buffer_state(layout, states) != "ok";
 }
 
 void remove_buffer(Client& client, const std::string& name, bool json) {

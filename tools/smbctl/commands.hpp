@@ -1,20 +1,29 @@
 #pragma once
 // smbctl's subcommands. Each prints a human table, or one JSON document when
-// json is set, on stdout; smb::Error propagates to main.
+// json is set, on stdout; smb::Error propagates to main. status, ls and info
+// return true when the fabric is degraded (a server unreachable, a buffer's
+// share lost), which main turns into exit status 3.
 #include <smb/client.hpp>
 
 #include <cstdint>
+#include <map>
+#include <ostream>
 #include <optional>
 #include <string>
 
 namespace smb::smbctl {
 
-void show_status(Client& client, bool json);              // smbctl status
-void list_buffers(Client& client, bool json);             // smbctl ls
-void show_info(Client& client, const std::string& name, bool json);      // smbctl info NAME
+bool show_status(Client& client, bool json);              // smbctl status
+bool list_buffers(Client& client, bool json);             // smbctl ls
+bool show_info(Client& client, const std::string& name, bool json);      // smbctl info NAME
 void remove_buffer(Client& client, const std::string& name, bool json);  // smbctl rm NAME
 // smbctl dump NAME --dtype T [--offset ELEMS] [--count N]: one element per line.
 void dump_elements(Client& client, const std::string& name, DType type, std::uint64_t offset,
                    std::optional<std::uint64_t> count, bool json);
+
+// "ok", "degraded: 1 of 3 servers unreachable", "lost: 127.0.0.1:7001 restarted"
+std::string buffer_state(const Layout& layout, const std::vector<ShareState>& states);
+// The servers found unreachable, as JSON ({address, error}) and as a note for tables.
+void print_unreachable(const std::map<std::string, std::string>& unreachable, std::ostream& out);
 
 }  // namespace smb::smbctl

@@ -1,6 +1,8 @@
 // smbctl: inspect and manage a Soft Memory Box fabric.
 //   smbctl [--servers LIST] [--json] status | ls | info NAME | rm NAME | dump NAME --dtype T
-// Exit status: 0 success, 1 a libsmb error, 2 a usage error.
+// Exit status: 0 success, 1 a libsmb error, 2 a usage error, 3 the fabric is
+// degraded (status, ls, info: a server unreachable or a buffer's share lost;
+// what could be seen is still printed).
 #include "../common/tool_setup.hpp"
 #include "../common/vector_elements.hpp"
 #include "commands.hpp"
@@ -55,21 +57,23 @@ int main(int argc, char** argv) {
   smb::ClientOptions options;
   try {
     options = smb::tools::client_options(servers_flag);
+    options.tolerate_unreachable = true;  // an operator must see the servers that are there
   } catch (const smb::Error& e) {
     std::cerr << "smbctl: " << e.what() << '\n';
     return 2;
   }
 
+  bool degraded = false;
   try {
     smb::Client client(std::move(options));
-    if (status->parsed()) smb::smbctl::show_status(client, json);
-    if (ls->parsed()) smb::smbctl::list_buffers(client, json);
-    if (info->parsed()) smb::smbctl::show_info(client, name, json);
+    if (status->parsed()) degraded = smb::smbctl::show_status(client, json);
+    if (ls->parsed()) degraded = smb::smbctl::list_buffers(client, json);
+    if (info->parsed()) degraded = smb::smbctl::show_info(client, name, json);
     if (rm->parsed()) smb::smbctl::remove_buffer(client, name, json);
     if (dump->parsed()) smb::smbctl::dump_elements(client, name, *smb::parse_dtype(dtype), offset, count, json);
   } catch (const std::exception& e) {
     std::cerr << "smbctl: " << e.what() << '\n';
     return 1;
   }
-  return 0;
+  return degraded ? 3 : 0;
 }

@@ -6,16 +6,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iostream>
+#include <map>
 
 namespace smb::smbctl {
 namespace {
 
 nlohmann::json to_json(const ServerStatus& s) {
+  if (!s.reachable) return {{"address", s.address}, {"reachable", false}, {"error", s.error}};
   auto buffers = nlohmann::json::array();
   for (const auto& b : s.buffers)
     buffers.push_back({{"name", b.name}, {"bytes", b.bytes}, {"open_handles", b.open_handles}});
   return {{"address", s.address},
+          {"reachable", true},
+          {"instance", s.instance},
           {"transport", s.transport},
           {"capacity", s.capacity},
           {"used", s.used},
@@ -35,7 +40,13 @@ void print_human(const std::vector<ServerStatus>& servers) {
   buffers.align_right(3);
   std::uint64_t capacity = 0;
   std::uint64_t used = 0;
+  std::map<std::string, std::string> unreachable;
   for (const auto& s : servers) {
+    if (!s.reachable) {
+      table.add_row({s.address, "UNREACHABLE", "-", "-", "-", "-", "-", "-"});
+      unreachable.emplace(s.address, s.error);
+      continue;
+    }
     table.add_row({s.address, s.transport, util::format_bytes(s.capacity),
                    bytes_with_percent(s.used, s.capacity), util::format_bytes(s.largest_free),
                    s.huge_pages ? "yes" : "no", std::to_string(s.clients),
@@ -46,8 +57,11 @@ void print_human(const std::vector<ServerStatus>& servers) {
     used += s.used;
   }
   table.print(std::cout);
-  std::cout << "total: " << servers.size() << " server(s), capacity " << util::format_bytes(capacity)
-            << ", used " << bytes_with_percent(used, capacity) << '\n';
+  std::cout << "total: " << servers.size() << " server(s)";
+  if (!unreachable.empty()) std::cout << " (" << unreachable.size() << " unreachable)";
+  std::cout << ", capacity " << util::format_bytes(capacity) << ", used " << bytes_with_percent(used, capacity)
+            << '\n';
+  print_unreachable(unreachable, std::cout);
   if (!buffers.empty()) {
     std::cout << '\n';
     buffers.print(std::cout);
@@ -56,9 +70,14 @@ void print_human(const std::vector<ServerStatus>& servers) {
 
 }  // namespace
 
-void show_status(Client& client, bool json) {
+bool show_status(Client& client, bool json) {
   const auto servers = client.status();
-  if (!json) return print_human(servers);
+  const auto unreachable = static_cast<std::size_t>(
+      std::count_if(servers.begin(), servers.end(), [](const ServerStatus& s) { return !s.reachable; }));
+  if (!json) {
+    print_human(servers);
+    return unreachable > 0;
+  }
   auto list = nlohmann::json::array();
   std::uint64_t capacity = 0;
   std::uint64_t used = 0;
@@ -68,8 +87,11 @@ void show_status(Client& client, bool json) {
     used += s.used;
   }
   nlohmann::json doc = {{"servers", std::move(list)},
-                        {"total", {{"capacity", capacity}, {"used", used}}}};
+                        {"degraded", unreachable > 0},
+                        {"total", {{"capacity", capacity}, {"used", used}, {"servers", servers.size()},
+                                   {"unreachable", unreachable}}}};
   std::cout << doc.dump(2) << '\n';
+  return unreachable > 0;
 }
 
 }  // namespace smb::smbctl

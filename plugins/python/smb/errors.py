@@ -66,9 +66,15 @@ class InternalError(Error):
     code = "internal"
 
 
+class DataLost(Error):
+    """A memory server restarted empty: its stripes of the buffer are gone."""
+
+    code = "data_lost"
+
+
 _BY_CODE = {cls.code: cls for cls in (InvalidArgument, OutOfRange, NotFound, AlreadyExists, CapacityExhausted,
                                        Unreachable, ServerGone, Timeout, ProtocolError, TransportError,
-                                       InternalError)}
+                                       InternalError, DataLost)}
 
 
 def from_code(code, message):

@@ -294,6 +294,7 @@ void bind_records(py::module_& m) {
       .def_readonly("stripe_unit", &Layout::stripe_unit)
       .def_readonly("servers", &Layout::servers)
       .def_readonly("shares", &Layout::shares)
+      .def_readonly("instances", &Layout::instances)
       .def("__repr__", [](const Layout& l) {
         return "Layout(name='" + l.name + "', size=" + std::to_string(l.size) + ", servers=" +
                std::to_string(l.servers.size()) + ")";
@@ -304,6 +305,9 @@ void bind_records(py::module_& m) {
       .def_readonly("open_handles", &BufferSummary::open_handles);
   py::class_<ServerStatus>(m, "ServerStatus")
       .def_readonly("address", &ServerStatus::address)
+      .def_readonly("reachable", &ServerStatus::reachable)
+      .def_readonly("error", &ServerStatus::error)
+      .def_readonly("instance", &ServerStatus::instance)
       .def_readonly("transport", &ServerStatus::transport)
       .def_readonly("capacity", &ServerStatus::capacity)
       .def_readonly("used", &ServerStatus::used)

@@ -22,6 +22,7 @@ const char* code_name(Errc code) {
     case Errc::protocol: return "protocol";
     case Errc::transport: return "transport";
     case Errc::internal: return "internal";
+    case Errc::data_lost: return "data_lost";
   }
   return "internal";
 }
@@ -39,7 +40,7 @@ void register_errors(py::module_& m) {
   });
   m.def("code_names", [] {
     py::list names;
-    for (int c = 0; c <= static_cast<int>(Errc::internal); ++c) names.append(code_name(static_cast<Errc>(c)));
+    for (int c = 0; c <= static_cast<int>(kLastErrc); ++c) names.append(code_name(static_cast<Errc>(c)));
     return names;
   }, "Every Errc name, in code order (for smb.errors' tests).");
 }

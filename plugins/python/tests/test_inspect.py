@@ -22,6 +22,8 @@ class InspectTest(fabric.FabricTestCase):
                 self.assertTrue(s.transport)
                 self.assertEqual(s.capacity, 64 << 20)
                 self.assertGreaterEqual(s.used, 4096)
+                self.assertTrue(s.reachable, s.error)
+                self.assertNotEqual(s.instance, 0)
                 self.assertLessEqual(s.used + s.largest_free, s.capacity)
                 self.assertIsInstance(s.huge_pages, bool)
                 self.assertGreaterEqual(s.clients, 1)

@@ -236,7 +236,7 @@ ucs_status_t UcxClientTransport::on_reply(void* arg, const void* header, std::si
   const std::string context = "server " + op.channel->peer_ + ": " + op.op;
   if (h.status != 0) {
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
-    const auto code = h.status > 0 && h.status <= static_cast<int>(Errc::internal)
+    const auto code = h.status > 0 && h.status <= static_cast<int>(kLastErrc)
                           ? static_cast<Errc>(h.status)
                           : Errc::protocol;
     op.completion->finish(code, context + " refused: " + errc_name(code));
