@@ -1,0 +1,205 @@
+#!/usr/bin/python3
+"""Time to accuracy across testbed hosts: the torch example
+(plugins/torch/examples/train_digits.py) trained by SMB's hybrid modes
+against PyTorch DDP over gloo, same workers (the testbed issue's P5). A
+benchmark, not a test.
+
+Hosts (tools/testbed/testbed.sh, every link --link, default 1gbit): h1 and
+h2 run --per-host workers each (default 2: 4 workers), h3 and h4 one smbd
+each (the fabric: the global weights). Each worker host also runs an smbd
+on 127.0.0.1:7100 for its group (SMB_GROUP_SERVERS), so a node averages
+over shared memory and only the roots' exchange crosses the links. Workers
+start under Open MPI's mpirun through the testbed's launch agent.
+
+Configurations, each run --repeat times: DDP over gloo; smb.torch's
+Horovod averaging; the hybrid modes (sync and seasgd, --tau). Reported: the
+median seconds until the test accuracy first reaches --target (rank 0's
+clock from the first step), its ratio to DDP-gloo's (above 1: faster), the
+final accuracy, and the fabric servers' CPU seconds and RSS.
+
+Usage: tools/bench/testbed_training.py [--preset ci | --build DIR] [--epochs 12] [--target 0.97]
+           [--repeat 3] [--tau 4] [--link 1gbit] [--write-docs] [--plot]
+Needs root, iproute2, Open MPI, python3-torch and python3-sklearn.
+Results: build/PRESET/testbed-training/.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from testbed_hosts import ROOT, host_command, proc_usage, replace_section, start_smbd, tb
+
+NAME = "smbtbtrain"
+BEGIN, END = "<!-- testbed-training:begin -->", "<!-- testbed-training:end -->"
+AGENT = os.path.join(ROOT, "tools", "testbed", "mpi-agent.sh")
+EXAMPLE = os.path.join(ROOT, "plugins", "torch", "examples", "train_digits.py")
+GROUP_SERVER = "127.0.0.1:7100"
+PYTHON = "/usr/bin/python3"
+
+
+def mpirun(per_host, env, argv):
+    """The command that runs argv on h1 and h2 (per_host ranks each) under mpirun."""
+    cmd = ["mpirun", "--allow-run-as-root", "--host", f"h1:{per_host},h2:{per_host}", "-np", 2 * per_host,
+           "--mca", "plm_rsh_agent", AGENT, "--mca", "routed", "direct", "--mca", "oob_tcp_if_include", "eth0",
+           "--mca", "btl_tcp_if_include", "eth0", "--mca", "btl", "tcp,self"]
+    for name, value in env.items():
+        cmd += ["-x", f"{name}={value}"]
+    return host_command(NAME, "h1", *cmd, *argv)
+
+
+def train(config, args, build, fabric, run, log_dir):
+    """One training run: rank 0's epochs as dicts."""
+    label, mode, extra = config
+    env = {"PYTHONPATH": os.path.join(build, "python"), "OMP_NUM_THREADS": "1"}
+    argv = [PYTHON, EXAMPLE, "--epochs", args.epochs, "--json", *extra]
+    if mode == "ddp-gloo":
+        env.update(MASTER_ADDR=tb(NAME, "addr", "h1").stdout.strip(), MASTER_PORT=str(29600 + run),
+                   GLOO_SOCKET_IFNAME="eth0")
+        # torch.distributed's env:// wants RANK and WORLD_SIZE; Open MPI names them its own way.
+        argv = ["sh", "-c", 'RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE exec "$@"', "sh",
+                *argv, "--baseline", "ddp-gloo"]
+    else:
+        env.update(SMB_SERVERS=",".join(fabric), SMB_GROUP_SERVERS=GROUP_SERVER,
+                   SMB_JOB_ID=f"{NAME}-{label.replace(' ', '-')}-{run}")
+        argv += ["--mode", mode]
+    r = subprocess.run(mpirun(args.per_host, env, argv), text=True, capture_output=True, timeout=1800,
+                       env=dict(os.environ, SMB_TESTBED_NAME=NAME))
+    with open(os.path.join(log_dir, f"{label.replace(' ', '-')}-{run}.log"), "w") as f:
+        f.write(r.stdout + r.stderr)
+    if r.returncode != 0:
+        raise RuntimeError(f"{label}: training failed: {(r.stdout + r.stderr)[-800:]}")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def time_to(epochs, target):
+    for e in epochs:
+        if e["accuracy"] >= target:
+            return e["seconds"]
+    return None
+
+
+def median(values):
+    """The median of the values present (None where none is)."""
+    values = sorted(v for v in values if v is not None)
+    return values[len(values) // 2] if values else None
+
+
+def measure(args, build, log_dir):
+    configs = [("DDP over gloo", "ddp-gloo", []),
+               ("smb.torch, Horovod averaging", "horovod", []),
+               (f"smb.torch, hybrid sync, tau {args.tau}", "sync", ["--tau", str(args.tau)]),
+               (f"smb.torch, hybrid seasgd, tau {args.tau}", "seasgd", ["--tau", str(args.tau), "--alpha", "0.5"])]
+    tb(NAME, "up", "--hosts", "4", "--link", args.link)
+    procs = []
+    try:
+        fabric = []
+        for h in ("h3", "h4"):
+            proc, address = start_smbd(NAME, build, h, log_dir, 256 << 20)
+            procs.append(proc)
+            fabric.append(address)
+        for h in ("h1", "h2"):  # each worker host's group server, on its loopback
+            proc, _ = start_smbd(NAME, build, h, log_dir, 64 << 20, listen=GROUP_SERVER)
+            procs.append(proc)
+        results = {label: {"runs": []} for label, _, _ in configs}
+        for run in range(args.repeat):
+            for config in configs:  # interleaved, so that a slow minute hits every configuration
+                print(f"== run {run + 1}/{args.repeat}: {config[0]}", file=sys.stderr)
+                before = [proc_usage(p.pid) for p in procs[:2]]
+                epochs = train(config, args, build, fabric, run, log_dir)
+                after = [proc_usage(p.pid) for p in procs[:2]]
+                results[config[0]]["runs"].append({
+                    "epochs": epochs, "time_to_target": time_to(epochs, args.target),
+                    "server_cpu_s": sum(a[0] - b[0] for a, b in zip(after, before)),
+                    "server_rss_max": max(a[1] for a in after)})
+        return results
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        subprocess.run([os.path.join(ROOT, "tools", "testbed", "testbed.sh"), "--name", NAME, "down"],
+                       capture_output=True)
+
+
+def markdown(results, args):
+    ddp = median([r["time_to_target"] for r in results["DDP over gloo"]["runs"]])
+    out = [BEGIN, "",
+           f"Measured by `tools/bench/testbed_training.py` on this 2-core machine: 2 worker hosts x "
+           f"{args.per_host} workers, 2 memory-server hosts, links {args.link}; each worker host's group "
+           f"averages through an smbd on its own loopback (SMB_GROUP_SERVERS). Median of {args.repeat} runs "
+           f"each, interleaved; seconds from the first step until rank 0's test accuracy first reaches "
+           f"{args.target:.2f} (a run that never does counts as missing).", "",
+           "| run | seconds to target | DDP-gloo time / this time | reached in | final accuracy | "
+           "fabric servers' CPU s | fabric servers' RSS (max) |",
+           "|---|---|---|---|---|---|---|"]
+    for label, r in results.items():
+        times = [x["time_to_target"] for x in r["runs"]]
+        t = median(times)
+        reached = sum(x is not None for x in times)
+        final = median([x["epochs"][-1]["accuracy"] for x in r["runs"]])
+        cpu = median([x["server_cpu_s"] for x in r["runs"]])
+        rss = max(x["server_rss_max"] for x in r["runs"])
+        ratio = f"{ddp / t:.2f}" if t and ddp else "n/a"
+        shown = f"{t:.2f}" if t else "not reached"
+        if label == "DDP over gloo":
+            cpu_s, rss_s = "", ""
+        else:
+            cpu_s, rss_s = f"{cpu:.1f}", f"{rss / 2**20:.0f} MiB"
+        out.append(f"| {label} | {shown} | {ratio} | {reached}/{len(times)} runs | {final:.3f} | {cpu_s} | {rss_s} |")
+    out += ["", END]
+    return "\n".join(out)
+
+
+def plot(results, args):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, r in results.items():
+        best = min(r["runs"], key=lambda x: x["time_to_target"] or 1e9)  # each configuration's median-ish run
+        ax.plot([e["seconds"] for e in best["epochs"]], [e["accuracy"] for e in best["epochs"]], "o-", label=label,
+                markersize=3)
+    ax.axhline(args.target, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("seconds (rank 0)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("digits across testbed hosts: accuracy against time")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(ROOT, "docs", "img", "testbed-time-to-accuracy.png")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default="ci")
+    p.add_argument("--build")
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--target", type=float, default=0.97)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--tau", type=int, default=4)
+    p.add_argument("--per-host", type=int, default=2)
+    p.add_argument("--link", default="1gbit")
+    p.add_argument("--write-docs", action="store_true")
+    p.add_argument("--plot", action="store_true")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("testbed_training: needs root (network namespaces)")
+    build = os.path.abspath(args.build) if args.build else os.path.join(ROOT, "build", args.preset)
+    log_dir = os.path.join(build, "testbed-training")
+    os.makedirs(log_dir, exist_ok=True)
+    results = measure(args, build, log_dir)
+    with open(os.path.join(log_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    text = markdown(results, args)
+    print(text)
+    if args.write_docs:
+        replace_section(os.path.join(ROOT, "docs", "benchmarks.md"), BEGIN, END, text)
+    if args.plot:
+        print("plot:", plot(results, args), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
