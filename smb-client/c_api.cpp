@@ -129,6 +129,21 @@ int smb_buffer_destroy(smb_client* client, const char* name) {
   return guarded([&] { need(client, "smb_buffer_destroy: client").client.destroy(text(name, "smb_buffer_destroy: name")); });
 }
 
+int smb_buffer_save(smb_client* client, const char* name, const char* path) {
+  return guarded([&] {
+    need(client, "smb_buffer_save: client").client.save(text(name, "smb_buffer_save: name"), text(path, "smb_buffer_save: path"));
+  });
+}
+
+int smb_buffer_load(smb_client* client, const char* path, const char* name, smb_buffer** result) {
+  return guarded([&] {
+    auto& c = need(client, "smb_buffer_load: client");
+    auto& out = need(result, "smb_buffer_load: out");
+    const std::string target = name == nullptr ? std::string() : std::string(name);
+    out = std::make_unique<smb_buffer>(smb_buffer{c.client.load(text(path, "smb_buffer_load: path"), target)}).release();
+  });
+}
+
 void smb_buffer_close(smb_buffer* buffer) { std::unique_ptr<smb_buffer> owned(buffer); }
 uint64_t smb_buffer_size(const smb_buffer* buffer) { return buffer == nullptr ? 0 : buffer->buffer.size(); }
 

@@ -98,6 +98,8 @@ class BufferCore {
              std::span<const std::byte> data, const BufferCore* source, std::uint64_t source_offset);
   void close();
   std::uint64_t version();
+  // Each server's version of its part (servers with a share, in layout order).
+  std::vector<std::uint64_t> server_versions();
   std::uint64_t wait_version(std::uint64_t version, std::chrono::milliseconds timeout);
 
  private:

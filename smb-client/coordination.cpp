@@ -56,11 +56,13 @@ void ClientCore::barrier(std::string_view name_view, std::uint32_t parties, std:
   calls.finish_versions();
 }
 
-std::uint64_t BufferCore::version() {
+std::uint64_t BufferCore::version() { return least_of(server_versions()); }
+
+std::vector<std::uint64_t> BufferCore::server_versions() {
   client::ServerCalls calls(client_, [name = name_] { return "buffer '" + *name + "': version"; });
   for (std::size_t i = 0; i < layout_.servers.size(); ++i)
     if (layout_.shares[i] != 0) calls.add_version_call(*links_[i], protocol::VersionCallKind::get, layout_.name);
-  return least_of(calls.finish_versions());
+  return calls.finish_versions();
 }
 
 // Every server waits on its own part at once; the least version reached is the buffer's.

@@ -30,6 +30,7 @@ class EngineCore {
   void allreduce(std::span<float> grads);
   void after_step(std::span<float> params);
   void global_weights(std::span<float> out);
+  CheckpointInfo save_checkpoint(const std::string& path);
 
  private:
   bool root() const { return config_.group_rank == 0; }
@@ -50,6 +51,7 @@ class EngineCore {
   void wait_pushed(SeasgdPush& push, std::uint64_t chunks);
   void broadcast_in_group(std::span<float> params);
   void finish_pending();  // the last SEASGD push
+  void resume_into(std::span<float> host);
 
   Client& client_;
   EngineConfig config_;

@@ -15,6 +15,8 @@
 // GPU groups (cuda_device >= 0) replace the group's slots with NCCL
 // (gpu/gpu_group.hpp); the root exchanges through a host copy of W.
 #include "engine_core.hpp"
+#include "checkpoint_file.hpp"
+#include "util/parse.hpp"
 
 #include "gpu/gpu_group.hpp"
 
@@ -102,6 +104,7 @@ void EngineCore::initialize(std::span<float> params) {
     if (c.mode == UpdateMode::downpour) delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_);
     if (c.group == 0) {
       global_ = client_.open_or_create(c.name + "/global", bytes_);
+      if (!c.resume_from.empty()) resume_into(host);
       global_.write(0, bytes_of(std::span<const float>(host)));
     }
     if (c.mode == UpdateMode::synchronous) create_sync_buffers();
@@ -193,6 +196,23 @@ void EngineCore::broadcast_in_group(std::span<float> params) {
   group_barrier("broadcast-read");
 }
 
+// The global weights of a checkpoint (save_checkpoint) as the starting point.
+void EngineCore::resume_into(std::span<float> host) {
+  checkpoint::FileReader in(config_.resume_from);  // verified whole first
+  if (in.info().size != bytes_)
+    throw Error(Errc::invalid_argument,
+                "resume from " + util::quoted(config_.resume_from) + ": the checkpoint holds " +
+                    std::to_string(in.info().size) + " bytes (buffer '" + in.info().name + "'), the engine's " +
+                    std::to_string(config_.parameters) + " parameters take " + std::to_string(bytes_));
+  in.read(std::as_writable_bytes(host));
+  in.finish();
+}
+
+CheckpointInfo EngineCore::save_checkpoint(const std::string& path) {
+  finish_pending();
+  return client_.save(config_.name + "/global", path);
+}
+
 void EngineCore::global_weights(std::span<float> out) {
   if (out.size() != config_.parameters) throw Error(Errc::invalid_argument, "global_weights: wrong parameter count");
   if (gpu_) gpu_->check_device_span(out, "global_weights");
@@ -214,5 +234,6 @@ void UpdateEngine::initialize(std::span<float> params) { core_->initialize(param
 void UpdateEngine::allreduce(std::span<float> grads) { core_->allreduce(grads); }
 void UpdateEngine::after_step(std::span<float> params) { core_->after_step(params); }
 void UpdateEngine::global_weights(std::span<float> out) { core_->global_weights(out); }
+CheckpointInfo UpdateEngine::save_checkpoint(const std::string& path) { return core_->save_checkpoint(path); }
 
 }  // namespace smb

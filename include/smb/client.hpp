@@ -93,6 +93,20 @@ struct ServerStatus {
   std::vector<BufferSummary> buffers;
 };
 
+/// What a checkpoint file holds (Client::save, Client::load, read_checkpoint).
+struct CheckpointInfo {
+  std::string name;               ///< the buffer it was saved from
+  std::uint64_t size = 0;         ///< bytes of data
+  std::uint64_t stripe_unit = 0;  ///< the buffer's, when saved
+  std::uint64_t version = 0;      ///< the buffer's version (Buffer::version) when saved
+  std::uint64_t checksum = 0;     ///< XXH64 of the file's header and data
+};
+
+/// Reads a checkpoint file and verifies it whole (header, length, checksum)
+/// without changing anything; throws Errc::invalid_argument naming the file
+/// and the damage.
+CheckpointInfo read_checkpoint(const std::string& path);
+
 /// An asynchronous operation. Move-only; completes once.
 class Request {
  public:
@@ -244,6 +258,20 @@ class Client {
 
   /// Every server's state; one that cannot be reached is reported as such
   /// (reachable false), not thrown.
+  /// Writes a consistent snapshot of buffer `name` to the file `path`: read
+  /// under the buffer's lock (writers that take it are held off), and read
+  /// again if a vector op changed the buffer meanwhile (writers that do not),
+  /// so the file holds the buffer as it was at one version. The file
+  /// appears only once whole. Throws Errc::timeout if the buffer did not
+  /// stay still for a whole read within the client's timeout.
+  CheckpointInfo save(std::string_view name, const std::string& path);
+  /// Restores a checkpoint into a new buffer named `name` (empty: the name it
+  /// was saved from) on `options`' servers (none given: this client's, with
+  /// the saved stripe unit). The file is verified whole first; a damaged
+  /// file, or a name that is taken, throws and changes nothing.
+  Buffer load(const std::string& path, std::string_view name = {},
+              const std::optional<BufferOptions>& options = std::nullopt);
+
   std::vector<ServerStatus> status();
   /// The buffers whose layouts the reachable servers keep (a layout lives
   /// on its name's home server: those homed on an unreachable one are left

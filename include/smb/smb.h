@@ -44,6 +44,12 @@ int smb_buffer_create(smb_client* client, const char* name, uint64_t size,
                       uint64_t stripe_unit, smb_buffer** out);
 int smb_buffer_open(smb_client* client, const char* name, smb_buffer** out);
 int smb_buffer_destroy(smb_client* client, const char* name);
+/** Checkpoints (smb::Client::save / load): writes a consistent snapshot of
+ * buffer `name` to the file `path`; restores one into a new buffer (`name`
+ * NULL: the saved name) on the client's servers, verifying the file first
+ * (a damaged file or a taken name: an error, nothing changed). */
+int smb_buffer_save(smb_client* client, const char* name, const char* path);
+int smb_buffer_load(smb_client* client, const char* path, const char* name, smb_buffer** out);
 void smb_buffer_close(smb_buffer* buffer);
 uint64_t smb_buffer_size(const smb_buffer* buffer);
 

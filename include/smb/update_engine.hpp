@@ -61,6 +61,11 @@ struct EngineConfig {
   /// loopback) and the group averages over shared memory, as GPU groups do
   /// over NCCL, while only the roots' exchange crosses the network.
   std::vector<std::string> group_servers;
+  /// A checkpoint file (UpdateEngine::save_checkpoint): initialize() starts
+  /// the global weights, and so every worker, from it instead of the first
+  /// worker's parameters. Its size must match `parameters`; a damaged file
+  /// fails initialize() on the first worker before anything is written.
+  std::string resume_from;
 };
 
 namespace detail {
@@ -85,6 +90,10 @@ class UpdateEngine {
   /// The global weights as they are now (waits for this worker's pending
   /// update). With cuda_device set, `out` is device memory too.
   void global_weights(std::span<float> out);
+  /// Writes the global weights, as they are at one version, to a checkpoint
+  /// file (Client::save); any worker may call it, e.g. rank 0 every few
+  /// epochs. Resume with EngineConfig::resume_from.
+  CheckpointInfo save_checkpoint(const std::string& path);
 
  private:
   std::unique_ptr<detail::EngineCore> core_;

@@ -17,6 +17,9 @@ bool show_status(Client& client, bool json);              // smbctl status
 bool list_buffers(Client& client, bool json);             // smbctl ls
 bool show_info(Client& client, const std::string& name, bool json);      // smbctl info NAME
 void remove_buffer(Client& client, const std::string& name, bool json);  // smbctl rm NAME
+// smbctl save NAME FILE / smbctl load FILE [NAME]: checkpoints.
+void save_buffer(Client& client, const std::string& name, const std::string& path, bool json);
+void load_buffer(Client& client, const std::string& path, const std::string& name, bool json);
 // smbctl dump NAME --dtype T [--offset ELEMS] [--count N]: one element per line.
 void dump_elements(Client& client, const std::string& name, DType type, std::uint64_t offset,
                    std::optional<std::uint64_t> count, bool json);

@@ -1,5 +1,6 @@
 // smbctl: inspect and manage a Soft Memory Box fabric.
 //   smbctl [--servers LIST] [--json] status | ls | info NAME | rm NAME | dump NAME --dtype T
+//                                   | save NAME FILE | load FILE [NAME]
 // Exit status: 0 success, 1 a libsmb error, 2 a usage error, 3 the fabric is
 // degraded (status, ls, info: a server unreachable or a buffer's share lost;
 // what could be seen is still printed).
@@ -36,6 +37,13 @@ int main(int argc, char** argv) {
   info->add_option("name", name, "buffer name")->required();
   auto* rm = app.add_subcommand("rm", "destroy a buffer on every server");
   rm->add_option("name", name, "buffer name")->required();
+  std::string file;
+  auto* save = app.add_subcommand("save", "write a consistent snapshot of a buffer to a checkpoint file");
+  save->add_option("name", name, "buffer name")->required();
+  save->add_option("file", file, "checkpoint file to write (appears only once whole)")->required();
+  auto* load = app.add_subcommand("load", "restore a checkpoint file into a new buffer (verified first)");
+  load->add_option("file", file, "checkpoint file")->required()->check(CLI::ExistingFile);
+  load->add_option("name", name, "buffer to create (default: the name it was saved from)");
   auto* dump = app.add_subcommand("dump", "print elements of a buffer, one per line");
   dump->add_option("name", name, "buffer name")->required();
   std::string dtype;
@@ -70,6 +78,8 @@ int main(int argc, char** argv) {
     if (ls->parsed()) degraded = smb::smbctl::list_buffers(client, json);
     if (info->parsed()) degraded = smb::smbctl::show_info(client, name, json);
     if (rm->parsed()) smb::smbctl::remove_buffer(client, name, json);
+    if (save->parsed()) smb::smbctl::save_buffer(client, name, file, json);
+    if (load->parsed()) smb::smbctl::load_buffer(client, file, name, json);
     if (dump->parsed()) smb::smbctl::dump_elements(client, name, *smb::parse_dtype(dtype), offset, count, json);
   } catch (const std::exception& e) {
     std::cerr << "smbctl: " << e.what() << '\n';

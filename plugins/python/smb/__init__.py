@@ -29,7 +29,7 @@ __all__ = [
     "TRANSPORTS", "__version__", "Client", "Buffer", "Lock", "MemoryRegistration", "UpdateEngine", "DTYPES", "OPS", "dtype_name",
     "element_size", "memory_address", "Error", "InvalidArgument", "OutOfRange", "NotFound", "AlreadyExists",
     "CapacityExhausted", "Unreachable", "ServerGone", "Timeout", "ProtocolError", "TransportError",
-    "InternalError", "DataLost",
+    "InternalError", "DataLost", "read_checkpoint",
 ]
 
 __version__ = _core.VERSION
@@ -78,6 +78,12 @@ def memory_address(obj):
     """The address smb uses for `obj`'s bytes: the object's own data pointer
     (numpy's ``arr.ctypes.data``, torch's ``t.data_ptr()``), as nothing is copied."""
     return _core.memory_address(obj)
+
+
+def read_checkpoint(path):
+    """Verifies a checkpoint file whole (header, length, checksum) and returns what it holds
+    (name, size, stripe_unit, version, checksum); raises InvalidArgument for a damaged file."""
+    return _core.read_checkpoint(os.fspath(path))
 
 
 def _servers(servers):
@@ -275,6 +281,17 @@ class Client:
     def destroy(self, name):
         self._c.destroy(name)
 
+    def save(self, name, path):
+        """Writes a consistent snapshot of buffer `name` to the file `path` (a checkpoint);
+        returns its CheckpointInfo. The file appears only once whole."""
+        return self._c.save(name, os.fspath(path))
+
+    def load(self, path, name=None, stripe_unit=None, servers=None):
+        """Restores a checkpoint into a new buffer (`name`, default the saved one) and returns
+        it. The file is verified whole first: a damaged file or a taken name raises and
+        changes nothing. Placement: `servers` (default all) and `stripe_unit` (default the saved one)."""
+        return Buffer(self, self._c.load(os.fspath(path), name or "", stripe_unit or 0, _servers(servers)))
+
     def lock(self, name, offset=0, length=None, lease=30.0, timeout=60.0):
         """A lock on `name` (optionally a byte range); use as ``with client.lock(name):``."""
         return Lock(self._c.lock(name, offset, (1 << 64) - 1 if length is None else length, float(lease),
@@ -308,14 +325,17 @@ class UpdateEngine:
 
     mode: "seasgd" (elastic averaging), "downpour" or "sync".
     group_servers: "host:port" servers for the group's own buffers and
-    barriers, e.g. an smbd on the group's node (None: the client's)."""
+    barriers, e.g. an smbd on the group's node (None: the client's).
+    resume_from: a checkpoint (save_checkpoint) to start the global weights,
+    and so every worker, from instead of the first worker's parameters."""
 
     def __init__(self, client, name, parameters, mode="seasgd", groups=1, group=0, group_size=1, group_rank=0,
-                 alpha=0.2, tau=1, timeout=120.0, cuda_device=-1, group_servers=None):
+                 alpha=0.2, tau=1, timeout=120.0, cuda_device=-1, group_servers=None, resume_from=None):
         self._client = client
         self._e = _core.UpdateEngine(client._c, name, parameters, groups, group, group_size, group_rank, mode,
                                      float(alpha), tau, float(timeout), cuda_device,
-                                     _servers(group_servers) if group_servers else [])
+                                     _servers(group_servers) if group_servers else [],
+                                     os.fspath(resume_from) if resume_from else "")
 
     def initialize(self, params):
         """Collective: the first worker's params become everyone's."""
@@ -331,3 +351,7 @@ class UpdateEngine:
 
     def global_weights(self, out):
         self._e.global_weights(out)
+
+    def save_checkpoint(self, path):
+        """Writes the global weights, at one version, to a checkpoint file (resume with resume_from)."""
+        return self._e.save_checkpoint(os.fspath(path))

@@ -245,6 +245,20 @@ void bind_client(py::module_& m) {
              py::gil_scoped_release nogil;
              c.destroy(name);
            })
+      .def("save",
+           [](Client& c, const std::string& name, const std::string& path) {
+             py::gil_scoped_release nogil;
+             return c.save(name, path);
+           })
+      .def("load",
+           [](Client& c, const std::string& path, const std::string& name, std::uint64_t stripe_unit,
+              std::vector<std::string> servers) {
+             // stripe unit 0 and no servers: where the checkpoint says, on all of the client's servers
+             std::optional<BufferOptions> o;
+             if (stripe_unit != 0 || !servers.empty()) o = BufferOptions{stripe_unit ? stripe_unit : (1u << 20), std::move(servers)};
+             py::gil_scoped_release nogil;
+             return c.load(path, name, o);
+           })
       .def("lock",
            [](Client& c, const std::string& name, std::uint64_t offset, std::uint64_t length, double lease,
               double timeout) {
@@ -288,6 +302,20 @@ void bind_client(py::module_& m) {
 }
 
 void bind_records(py::module_& m) {
+  py::class_<CheckpointInfo>(m, "CheckpointInfo")
+      .def_readonly("name", &CheckpointInfo::name)
+      .def_readonly("size", &CheckpointInfo::size)
+      .def_readonly("stripe_unit", &CheckpointInfo::stripe_unit)
+      .def_readonly("version", &CheckpointInfo::version)
+      .def_readonly("checksum", &CheckpointInfo::checksum)
+      .def("__repr__", [](const CheckpointInfo& i) {
+        return "CheckpointInfo(name='" + i.name + "', size=" + std::to_string(i.size) + ", version=" +
+               std::to_string(i.version) + ")";
+      });
+  m.def("read_checkpoint", [](const std::string& path) {
+    py::gil_scoped_release nogil;
+    return read_checkpoint(path);
+  }, "Verifies a checkpoint file whole and returns what it holds.");
   py::class_<Layout>(m, "Layout")
       .def_readonly("name", &Layout::name)
       .def_readonly("size", &Layout::size)

@@ -60,7 +60,7 @@ void bind_engine(py::module_& m) {
       .def(py::init([](py::object client, std::string name, std::uint64_t parameters, std::uint32_t groups,
                        std::uint32_t group, std::uint32_t group_size, std::uint32_t group_rank, std::string mode,
                        double alpha, std::uint32_t tau, double timeout, int cuda_device,
-                       std::vector<std::string> group_servers) {
+                       std::vector<std::string> group_servers, std::string resume_from) {
              EngineConfig config;
              config.name = std::move(name);
              config.parameters = parameters;
@@ -74,6 +74,7 @@ void bind_engine(py::module_& m) {
              config.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000.0));
              config.cuda_device = cuda_device;
              config.group_servers = std::move(group_servers);
+             config.resume_from = std::move(resume_from);
              auto e = std::make_unique<PyEngine>();
              e->client = client;
              e->parameters = parameters;
@@ -85,7 +86,8 @@ void bind_engine(py::module_& m) {
            }),
            py::arg("client"), py::arg("name"), py::arg("parameters"), py::arg("groups"), py::arg("group"),
            py::arg("group_size"), py::arg("group_rank"), py::arg("mode"), py::arg("alpha"), py::arg("tau"),
-           py::arg("timeout"), py::arg("cuda_device"), py::arg("group_servers") = std::vector<std::string>{})
+           py::arg("timeout"), py::arg("cuda_device"), py::arg("group_servers") = std::vector<std::string>{},
+           py::arg("resume_from") = std::string())
       .def("initialize", [](PyEngine& e, py::handle params) {
         call(e, params, true, "initialize", [](UpdateEngine& u, std::span<float> s) { u.initialize(s); });
       })
@@ -97,6 +99,10 @@ void bind_engine(py::module_& m) {
       })
       .def("global_weights", [](PyEngine& e, py::handle out) {
         call(e, out, true, "global_weights", [](UpdateEngine& u, std::span<float> s) { u.global_weights(s); });
+      })
+      .def("save_checkpoint", [](PyEngine& e, const std::string& path) {
+        py::gil_scoped_release nogil;
+        return e.engine->save_checkpoint(path);
       });
 }
 

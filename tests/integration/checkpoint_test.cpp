@@ -1,0 +1,206 @@
+// Checkpoints against real servers: a buffer saved to a file and loaded onto
+// other servers comes back byte for byte; a damaged, truncated or foreign
+// file, or a taken name, fails with a clear error and changes nothing; a
+// save under concurrent vector ops holds the buffer at one version; the
+// update engine resumes its global weights from a checkpoint; smbctl save
+// and load do the same from the shell.
+#include "data.hpp"
+#include "expect_error.hpp"
+#include "fabric.hpp"
+
+#include <smb/client.hpp>
+#include <smb/update_engine.hpp>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace {
+
+using namespace smb::test;
+namespace fs = std::filesystem;
+
+class CheckpointTest : public FabricTest {
+ protected:
+  void SetUp() override {
+    FabricTest::SetUp();
+    dir_ = fs::temp_directory_path() / ("smb-checkpoint-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    FabricTest::TearDown();
+  }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+
+  // A file holding `from` with `edit` applied to its bytes.
+  std::string damaged(const std::string& from, const std::string& name, void (*edit)(std::string&)) const {
+    std::ifstream in(from, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    edit(bytes);
+    std::ofstream(file(name), std::ios::binary) << bytes;
+    return file(name);
+  }
+
+  static smb::BufferOptions striped(std::uint64_t unit, std::vector<std::string> servers = {}) {
+    smb::BufferOptions o;
+    o.stripe_unit = unit;
+    o.servers = std::move(servers);
+    return o;
+  }
+
+  fs::path dir_;
+};
+
+TEST_P(CheckpointTest, SavedBufferLoadsBackOntoOtherServers) {
+  auto client = make_client();
+  const std::uint64_t size = 5 * 65536 + 13;
+  auto original = client.create("model", size, striped(65536));
+  original.write(0, pattern_bytes(0, size, 0x21));
+  const auto saved = client.save("model", file("model.ckpt"));
+  EXPECT_EQ(saved.name, "model");
+  EXPECT_EQ(saved.size, size);
+  EXPECT_EQ(saved.stripe_unit, 65536u);
+  EXPECT_FALSE(fs::exists(file("model.ckpt.partial"))) << "the partial file must be gone once the file is whole";
+  const auto read_back = smb::read_checkpoint(file("model.ckpt"));
+  EXPECT_EQ(read_back.checksum, saved.checksum);
+  EXPECT_EQ(read_back.version, saved.version);
+
+  // Onto one server with another stripe unit, and as saved.
+  auto onto_one = client.load(file("model.ckpt"), "model-on-one", striped(4096, {server(server_count() - 1).address()}));
+  EXPECT_EQ(onto_one.layout().servers.size(), 1u);
+  auto as_saved = client.load(file("model.ckpt"), "model-as-saved");
+  EXPECT_EQ(as_saved.layout().stripe_unit, 65536u);
+  EXPECT_EQ(as_saved.layout().servers.size(), static_cast<std::size_t>(server_count()));
+  for (auto* b : {&onto_one, &as_saved}) {
+    ByteVec got(size);
+    make_client().open(b->name()).read(0, got);
+    EXPECT_TRUE(same_bytes(pattern_bytes(0, size, 0x21), got)) << b->name();
+  }
+}
+
+TEST_P(CheckpointTest, DamagedFilesAndTakenNamesChangeNothing) {
+  auto client = make_client();
+  const std::uint64_t size = 3 * 4096 + 5;
+  client.create("w", size, striped(4096)).write(0, pattern_bytes(0, size, 0x5));
+  const std::string good = file("w.ckpt");
+  client.save("w", good);
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {damaged(good, "flipped", [](std::string& b) { b[b.size() / 2] ^= 0x40; }), "checksum mismatch"},
+      {damaged(good, "short", [](std::string& b) { b.pop_back(); }), "truncated or damaged"},
+      {damaged(good, "longer", [](std::string& b) { b.push_back('x'); }), "truncated or damaged"},
+      {damaged(good, "stub", [](std::string& b) { b.resize(10); }), "truncated"},
+      {damaged(good, "foreign", [](std::string& b) { b[0] = 'X'; }), "not an smb checkpoint"},
+      {damaged(good, "trailer", [](std::string& b) { b.back() = '?'; }), "damaged trailer"},
+      {file("absent"), "cannot open"}};
+  for (const auto& [path, why] : cases) {
+    const auto text = expect_errc(smb::Errc::invalid_argument, [&] { client.load(path, "restored"); }, path);
+    EXPECT_TRUE(mentions(text, why));
+    EXPECT_TRUE(mentions(text, path));
+    expect_errc(smb::Errc::not_found, [&] { client.open("restored"); }, "a failed load must leave no buffer");
+  }
+
+  // A taken name: already_exists, and the buffer there keeps its bytes.
+  client.create("taken", size).write(0, pattern_bytes(0, size, 0x77));
+  expect_errc(smb::Errc::already_exists, [&] { client.load(good, "taken"); }, "load onto a taken name");
+  ByteVec got(size);
+  client.open("taken").read(0, got);
+  EXPECT_TRUE(same_bytes(pattern_bytes(0, size, 0x77), got));
+}
+
+// Every accumulate adds 1 to every element and advances the version by one:
+// a snapshot at one version holds the same value everywhere, that version.
+TEST_P(CheckpointTest, SaveHoldsTheBufferAtOneVersionUnderConcurrentVectorOps) {
+  auto client = make_client();
+  constexpr std::uint64_t kFloats = 1 << 18;  // 1 MiB over every server
+  auto buffer = client.create("busy", kFloats * sizeof(float), striped(65536));
+  buffer.write(0, ByteVec(kFloats * sizeof(float)));
+  std::atomic<bool> stop{false};
+  std::thread adder([&] {
+    auto own = make_client();
+    auto b = own.open("busy");
+    const std::vector<float> ones(kFloats, 1.0f);
+    while (!stop) {
+      b.apply(smb::VectorOp::accumulate, smb::DType::f32, 0, kFloats, 1.0, std::as_bytes(std::span(ones)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  smb::CheckpointInfo info;
+  try {
+    // Saves while the adder is under way (its first ops first).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (buffer.version() < 3 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int i = 0; i < 10; ++i) info = client.save("busy", file("busy.ckpt"));
+  } catch (...) {
+    stop = true;
+    adder.join();
+    throw;
+  }
+  stop = true;
+  adder.join();
+  EXPECT_GT(info.version, 0u) << "the adder never ran during the saves";
+  auto loaded = client.load(file("busy.ckpt"), "busy-copy");
+  std::vector<float> values(kFloats);
+  loaded.read(0, std::as_writable_bytes(std::span(values)));
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) off += values[i] != static_cast<float>(info.version);
+  EXPECT_EQ(off, 0u) << "elements not at the saved version " << info.version << " (first: " << values.front()
+                     << ", last: " << values.back() << ")";
+}
+
+TEST_P(CheckpointTest, TheEngineResumesItsGlobalWeights) {
+  auto client = make_client();
+  smb::EngineConfig config;
+  config.name = "run1";
+  config.parameters = 1000;
+  config.mode = smb::UpdateMode::synchronous;
+  std::vector<float> params(config.parameters);
+  for (std::size_t i = 0; i < params.size(); ++i) params[i] = 0.5f * static_cast<float>(i);
+  {
+    smb::UpdateEngine engine(client, config);
+    engine.initialize(params);
+    for (auto& p : params) p += 1.0f;
+    engine.after_step(params);  // tau 1, one group: the global weights are these now
+    engine.save_checkpoint(file("run1.ckpt"));
+  }
+  config.name = "run2";
+  config.resume_from = file("run1.ckpt");
+  smb::UpdateEngine resumed(client, config);
+  std::vector<float> fresh(config.parameters, -7.0f);
+  resumed.initialize(fresh);
+  EXPECT_EQ(fresh, params) << "initialize must start from the checkpoint's weights";
+
+  config.name = "run3";
+  config.parameters = 999;
+  smb::UpdateEngine wrong(client, config);
+  std::vector<float> small(config.parameters);
+  const auto text = expect_errc(smb::Errc::invalid_argument, [&] { wrong.initialize(small); }, "a size mismatch");
+  EXPECT_TRUE(mentions(text, "999 parameters"));
+}
+
+TEST_P(CheckpointTest, SmbctlSavesAndLoads) {
+  auto client = make_client();
+  client.create("cli", 4096 * 3).write(0, pattern_bytes(0, 4096 * 3, 0x3));
+  const auto s = run_smbctl({"save", "cli", file("cli.ckpt")});
+  ASSERT_TRUE(s.status.success()) << s.describe();
+  EXPECT_TRUE(mentions(s.out, "saved buffer 'cli'"));
+  const auto l = run_smbctl({"--json", "load", file("cli.ckpt"), "cli-copy"});
+  ASSERT_TRUE(l.status.success()) << l.describe();
+  EXPECT_EQ(nlohmann::json::parse(l.out).value("loaded_as", ""), "cli-copy") << l.out;
+  ByteVec got(4096 * 3);
+  client.open("cli-copy").read(0, got);
+  EXPECT_TRUE(same_bytes(pattern_bytes(0, 4096 * 3, 0x3), got));
+  const auto again = run_smbctl({"load", file("cli.ckpt"), "cli-copy"});
+  EXPECT_EQ(again.status.code, 1) << again.describe();
+  EXPECT_TRUE(mentions(again.err, "already"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabrics, CheckpointTest, testing::ValuesIn(all_fabrics()), fabric_name);
+
+}  // namespace
