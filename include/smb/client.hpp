@@ -258,12 +258,13 @@ class Client {
 
   /// Every server's state; one that cannot be reached is reported as such
   /// (reachable false), not thrown.
-  /// Writes a consistent snapshot of buffer `name` to the file `path`: read
-  /// under the buffer's lock (writers that take it are held off), and read
-  /// again if a vector op changed the buffer meanwhile (writers that do not),
-  /// so the file holds the buffer as it was at one version. The file
-  /// appears only once whole. Throws Errc::timeout if the buffer did not
-  /// stay still for a whole read within the client's timeout.
+  /// Writes a snapshot of buffer `name` to the file `path`, read under the
+  /// buffer's lock: consistent against writers that take the lock. Against
+  /// writers that do not, best effort (read again while servers' versions
+  /// change; an op running for the whole read is not seen: see
+  /// docs/reliability.md). The file appears only once whole. Throws
+  /// Errc::timeout if the buffer did not stay still for a whole read within
+  /// the client's timeout.
   CheckpointInfo save(std::string_view name, const std::string& path);
   /// Restores a checkpoint into a new buffer named `name` (empty: the name it
   /// was saved from) on `options`' servers (none given: this client's, with

@@ -90,9 +90,11 @@ class UpdateEngine {
   /// The global weights as they are now (waits for this worker's pending
   /// update). With cuda_device set, `out` is device memory too.
   void global_weights(std::span<float> out);
-  /// Writes the global weights, as they are at one version, to a checkpoint
-  /// file (Client::save); any worker may call it, e.g. rank 0 every few
-  /// epochs. Resume with EngineConfig::resume_from.
+  /// Writes the global weights to a checkpoint file (Client::save); resume
+  /// with EngineConfig::resume_from. Exchanges do not take the buffer's
+  /// lock, so call it where none is in flight (e.g. after a barrier of all
+  /// workers, or when training is done): a save that overlaps an exchange is
+  /// only best effort (docs/reliability.md, "Checkpoints").
   CheckpointInfo save_checkpoint(const std::string& path);
 
  private:

@@ -115,12 +115,11 @@ TEST_P(CheckpointTest, DamagedFilesAndTakenNamesChangeNothing) {
 }
 
 // Every accumulate adds 1 to every element: a snapshot at one version holds
-// the same value everywhere.
-// Saves run while another client accumulates; a save may give up (timeout)
-// while the buffer never stays still for a whole read (a slow machine), but
-// every file written must be untorn, and the last, taken once the adder
-// has finished, must exist.
-TEST_P(CheckpointTest, SaveHoldsTheBufferAtOneVersionUnderConcurrentVectorOps) {
+// the same value everywhere. Saves run again and again while another client
+// accumulates 40 times, taking the buffer's lock around each op as the
+// guarantee asks of writers (docs/reliability.md): every file must be
+// untorn, and the last, taken once the adder has finished, hold all 40.
+TEST_P(CheckpointTest, SaveHoldsOffWritersThatTakeTheLock) {
   auto client = make_client();
   constexpr std::uint64_t kFloats = 1 << 18;  // 1 MiB over every server
   constexpr int kOps = 40;
@@ -132,23 +131,18 @@ TEST_P(CheckpointTest, SaveHoldsTheBufferAtOneVersionUnderConcurrentVectorOps) {
     auto b = own.open("busy");
     const std::vector<float> ones(kFloats, 1.0f);
     for (int i = 0; i < kOps; ++i) {
+      auto held = own.lock("busy");
       b.apply(smb::VectorOp::accumulate, smb::DType::f32, 0, kFloats, 1.0, std::as_bytes(std::span(ones)));
+      held.unlock();
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     done = true;
   });
   std::vector<std::pair<std::string, smb::CheckpointInfo>> saved;
-  int gave_up = 0;
   try {
     for (int i = 0; !done; ++i) {
       const auto path = file("busy-" + std::to_string(i) + ".ckpt");
-      try {
-        saved.emplace_back(path, client.save("busy", path));
-      } catch (const smb::Error& e) {
-        if (e.code() != smb::Errc::timeout) throw;
-        ++gave_up;  // never still for a whole read: allowed, and no file may be left
-        EXPECT_FALSE(fs::exists(path)) << "a save that gave up left " << path;
-      }
+      saved.emplace_back(path, client.save("busy", path));
     }
   } catch (...) {
     adder.join();
@@ -172,7 +166,7 @@ TEST_P(CheckpointTest, SaveHoldsTheBufferAtOneVersionUnderConcurrentVectorOps) {
     loaded.close();
     client.destroy("busy-copy");
   }
-  std::cout << "saves while accumulating: " << during << " whole, " << gave_up << " gave up\n";
+  std::cout << "saves while accumulating: " << during << " of " << saved.size() << " between the first and last add\n";
 }
 
 TEST_P(CheckpointTest, TheEngineResumesItsGlobalWeights) {
