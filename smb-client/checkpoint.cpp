@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <thread>
 #include <vector>
 
 namespace smb {
@@ -16,6 +17,11 @@ namespace {
 
 constexpr std::uint64_t kChunk = 16u << 20;  // bytes moved per read or write
 constexpr int kMinSaveTries = 3;
+// Parts at different versions count as settled only once they have stayed
+// so this long: far longer than one op takes to reach all its servers, even
+// on a loaded machine (a test tore saves on 3 servers under load when two
+// whole reads in a row were taken as enough).
+constexpr auto kApartSettle = std::chrono::milliseconds(250);
 
 // The lock's lease covers the whole read: 30 s, and 1 s more per 64 MiB.
 LockOptions save_lock(std::uint64_t size) {
@@ -29,11 +35,13 @@ LockOptions save_lock(std::uint64_t size) {
 CheckpointInfo read_checkpoint(const std::string& path) { return checkpoint::FileReader(path).info(); }
 
 // Consistent means: no server's part changed during the whole read (each
-// server's version the same before and after), and no op was half-applied
-// (applied on some servers, not yet on others) when the read began: every
-// part at the same version, or, where parts legitimately differ (ops on
-// sub-ranges), the same versions seen across two whole reads, longer than
-// any op takes to reach all its servers.
+// server's version the same before and after; a server answers a version
+// read only between ops, so an op running through the whole read counts as
+// a change), and no op was half-applied (applied on some servers, not yet
+// on others) when the read began: every part at the same version, or, where
+// parts legitimately differ (ops on sub-ranges), the same versions seen by
+// every read for kApartSettle, longer than any op takes to reach all its
+// servers.
 CheckpointInfo Client::save(std::string_view name_view, const std::string& path) {
   const std::string name(name_view);
   const std::string context = "save buffer '" + name + "' to " + util::quoted(path);
@@ -43,10 +51,12 @@ CheckpointInfo Client::save(std::string_view name_view, const std::string& path)
   std::vector<std::byte> chunk(static_cast<std::size_t>(std::min(size, kChunk)));
   // Tries until the client's timeout has passed (and at least 3 times).
   const auto deadline = std::chrono::steady_clock::now() + core_->timeout();
-  std::vector<std::uint64_t> stable_before;  // the last try's versions, where they did not change during it
+  std::vector<std::uint64_t> apart;  // versions not level that no read has seen change, and since when
+  std::chrono::steady_clock::time_point apart_since;
   int tries = 0;
   for (; tries < kMinSaveTries || std::chrono::steady_clock::now() < deadline; ++tries) {
     auto held = lock(name, save_lock(size));
+    const auto looked = std::chrono::steady_clock::now();
     const auto before = core->server_versions();
     CheckpointInfo info{name, size, buffer.layout().stripe_unit, *std::min_element(before.begin(), before.end()), 0};
     checkpoint::FileWriter out(path, info);  // removes its partial file unless finished
@@ -57,9 +67,17 @@ CheckpointInfo Client::save(std::string_view name_view, const std::string& path)
     }
     const bool unchanged = core->server_versions() == before;
     const bool level = std::adjacent_find(before.begin(), before.end(), std::not_equal_to<>()) == before.end();
-    const bool settled = unchanged && (level || before == stable_before);
-    stable_before = unchanged ? before : std::vector<std::uint64_t>{};
-    if (!settled) continue;  // vector ops landed meanwhile: read it again
+    if (!unchanged || level) {
+      apart.clear();
+    } else if (before != apart) {
+      apart = before;
+      apart_since = looked;
+    }
+    const bool settled = unchanged && (level || std::chrono::steady_clock::now() - apart_since >= kApartSettle);
+    if (!settled) {
+      if (!apart.empty()) std::this_thread::sleep_for(kApartSettle / 10);  // let a lagging server catch up
+      continue;  // vector ops landed meanwhile, or may be half applied: read it again
+    }
     try {
       held.unlock();
     } catch (const Error& e) {

@@ -61,7 +61,8 @@ std::uint64_t BufferCore::version() { return least_of(server_versions()); }
 std::vector<std::uint64_t> BufferCore::server_versions() {
   client::ServerCalls calls(client_, [name = name_] { return "buffer '" + *name + "': version"; });
   for (std::size_t i = 0; i < layout_.servers.size(); ++i)
-    if (layout_.shares[i] != 0) calls.add_version_call(*links_[i], protocol::VersionCallKind::get, layout_.name);
+    if (layout_.shares[i] != 0)  // a server busy with an op answers when it ends, within the client's timeout
+      calls.add_version_call(*links_[i], protocol::VersionCallKind::get, layout_.name, 0, client_->timeout());
   return calls.finish_versions();
 }
 

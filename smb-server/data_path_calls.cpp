@@ -81,8 +81,15 @@ void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<c
                               /*reply_on_io=*/false);
     }
     auto call = protocol::decode_version_call(body);
-    if (call.kind == protocol::VersionCallKind::get)
-      return reply(protocol::FixedReply{Errc::ok, handler_.version(call.name), {}});
+    if (call.kind == protocol::VersionCallKind::get) {
+      // Answered between ops: where one is being applied, once it ends, so
+      // that equal versions before and after a read mean nothing changed
+      // during it (Client::save relies on it).
+      const auto settled = handler_.settled_version(call.name);
+      if (settled.now == settled.after_running) return reply(protocol::FixedReply{Errc::ok, settled.now, {}});
+      return versions_.wait(kCallSession, call.name, settled.after_running,
+                            wait_timeout(call.timeout_ms, "timeout_ms", "version_call"), reply);
+    }
     versions_.wait(kCallSession, call.name, call.version, wait_timeout(call.timeout_ms, "timeout_ms", "version_call"),
                    reply);
   } catch (...) {

@@ -245,6 +245,16 @@ std::shared_ptr<Segment> Registry::find(const std::string& name) const {
 
 std::uint64_t Registry::version(const std::string& name) const { return find(name)->version.load(); }
 
+// `begun` is read first: every op begun by then has ended once `version`
+// reaches it. An op that begins between the two reads is later than this
+// answer, and whoever compares versions sees it advance the version later.
+Registry::SettledVersion Registry::settled_version(const std::string& name) const {
+  const auto segment = find(name);
+  const std::uint64_t begun = segment->begun.load();
+  const std::uint64_t now = segment->version.load();
+  return {now, std::max(now, begun)};
+}
+
 std::optional<std::uint64_t> Registry::apply(const VectorRequest& r, bool wait) {
   // Built only for an error: this runs for every small op.
   const auto what = [&r] { return std::string(vector_op_name(r.op)) + " on buffer '" + r.name + "'"; };
@@ -290,7 +300,13 @@ std::optional<std::uint64_t> Registry::apply(const VectorRequest& r, bool wait) 
     op_lock.lock();
   else if (!op_lock.try_lock())
     return std::nullopt;
-  apply_vector_op(r.op, r.type, target->base + r.offset, x, r.count, r.alpha);
+  target->begun.fetch_add(1);
+  try {
+    apply_vector_op(r.op, r.type, target->base + r.offset, x, r.count, r.alpha);
+  } catch (...) {
+    target->version.fetch_add(1);  // it may have changed part of the memory: it ends all the same
+    throw;
+  }
   return target->version.fetch_add(1) + 1;
 }
 

@@ -42,6 +42,10 @@ struct Segment {
   SegmentAllocator* allocator = nullptr;
   std::mutex op_mutex;                    // server-side vector ops apply one at a time
   std::atomic<std::uint64_t> version{0};  // advanced by every applied vector op
+  // Vector ops begun (under op_mutex, before they touch memory): above
+  // `version` while one is being applied, so a reader can tell a segment in
+  // the middle of an op from one between ops (Registry::settled_version).
+  std::atomic<std::uint64_t> begun{0};
   ~Segment();
 };
 
@@ -101,6 +105,13 @@ class Registry {
   // hands the op to a thread that may wait).
   std::optional<std::uint64_t> apply(const VectorRequest& request, bool wait = true);
   std::uint64_t version(const std::string& name) const;
+  // The version, and the version that the op being applied now will reach
+  // (equal when none is: the segment is between ops).
+  struct SettledVersion {
+    std::uint64_t now = 0;
+    std::uint64_t after_running = 0;
+  };
+  SettledVersion settled_version(const std::string& name) const;
 
   void session_closed(SessionId session);
   std::optional<transport::SegmentAccess> resolve(std::uint64_t segment_id) const;

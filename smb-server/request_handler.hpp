@@ -46,6 +46,7 @@ class RequestHandler {
   std::optional<std::uint64_t> apply(const VectorRequest& request, bool wait) { return registry_.apply(request, wait); }
   // The version of this server's segment of `name`.
   std::uint64_t version(const std::string& name) const { return registry_.version(name); }
+  Registry::SettledVersion settled_version(const std::string& name) const { return registry_.settled_version(name); }
 
  private:
   void check_fits(const Layout& layout) const;

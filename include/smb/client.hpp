@@ -167,9 +167,11 @@ class Buffer {
   void apply_from(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
                   const Buffer& source, std::uint64_t source_offset);
 
-  /// Every applied vector op advances the version of each server's part it
-  /// touched; a buffer's version is the least over its servers, so an op over
-  /// the whole buffer advances it by one.
+  /// Every vector op a server applies advances the version of its part; a
+  /// buffer's version is the least over its servers, so an op over the whole
+  /// buffer advances it by one (by one per call where x is sent inline and a
+  /// server's share exceeds one call's payload: 4 MiB over UCX, less over
+  /// native verbs). A server in the middle of an op answers once it ends.
   std::uint64_t version();
   /// Returns once version() >= `version` (the servers notify; no polling), or
   /// throws Errc::timeout. Returns the version reached.
@@ -260,11 +262,11 @@ class Client {
   /// (reachable false), not thrown.
   /// Writes a snapshot of buffer `name` to the file `path`, read under the
   /// buffer's lock: consistent against writers that take the lock. Against
-  /// writers that do not, best effort (read again while servers' versions
-  /// change; an op running for the whole read is not seen: see
-  /// docs/reliability.md). The file appears only once whole. Throws
-  /// Errc::timeout if the buffer did not stay still for a whole read within
-  /// the client's timeout.
+  /// writers that do not, read again until no server applied an op during
+  /// the read, so each op a server applies is wholly in or out; a client's
+  /// op may be several server ops (docs/reliability.md). The file appears
+  /// only once whole. Throws Errc::timeout if the buffer did not stay still
+  /// for a whole read within the client's timeout.
   CheckpointInfo save(std::string_view name, const std::string& path);
   /// Restores a checkpoint into a new buffer named `name` (empty: the name it
   /// was saved from) on `options`' servers (none given: this client's, with
