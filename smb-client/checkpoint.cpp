@@ -19,7 +19,7 @@ constexpr std::uint64_t kChunk = 16u << 20;  // bytes moved per read or write
 constexpr int kMinSaveTries = 3;
 // Parts at different versions count as settled only once they have stayed
 // so this long: far longer than one op takes to reach all its servers, even
-// on a loaded machine (a test tore saves on 3 servers under load when two
+// on a loaded machine (a test tore a save on 3 servers under load when two
 // whole reads in a row were taken as enough).
 constexpr auto kApartSettle = std::chrono::milliseconds(250);
 
@@ -39,9 +39,9 @@ CheckpointInfo read_checkpoint(const std::string& path) { return checkpoint::Fil
 // read only between ops, so an op running through the whole read counts as
 // a change), and no op was half-applied (applied on some servers, not yet
 // on others) when the read began: every part at the same version, or, where
-// parts legitimately differ (ops on sub-ranges), the same versions seen by
-// every read for kApartSettle, longer than any op takes to reach all its
-// servers.
+// parts legitimately differ (ops on sub-ranges), the same versions still
+// kApartSettle after they were first read, longer than any op takes to
+// reach all its servers.
 CheckpointInfo Client::save(std::string_view name_view, const std::string& path) {
   const std::string name(name_view);
   const std::string context = "save buffer '" + name + "' to " + util::quoted(path);
@@ -51,8 +51,6 @@ CheckpointInfo Client::save(std::string_view name_view, const std::string& path)
   std::vector<std::byte> chunk(static_cast<std::size_t>(std::min(size, kChunk)));
   // Tries until the client's timeout has passed (and at least 3 times).
   const auto deadline = std::chrono::steady_clock::now() + core_->timeout();
-  std::vector<std::uint64_t> apart;  // versions not level that no read has seen change, and since when
-  std::chrono::steady_clock::time_point apart_since;
   int tries = 0;
   for (; tries < kMinSaveTries || std::chrono::steady_clock::now() < deadline; ++tries) {
     auto held = lock(name, save_lock(size));
@@ -65,18 +63,13 @@ CheckpointInfo Client::save(std::string_view name_view, const std::string& path)
       buffer.read(offset, part);
       out.append(part);
     }
-    const bool unchanged = core->server_versions() == before;
+    if (core->server_versions() != before) continue;  // vector ops landed meanwhile: read it again
     const bool level = std::adjacent_find(before.begin(), before.end(), std::not_equal_to<>()) == before.end();
-    if (!unchanged || level) {
-      apart.clear();
-    } else if (before != apart) {
-      apart = before;
-      apart_since = looked;
-    }
-    const bool settled = unchanged && (level || std::chrono::steady_clock::now() - apart_since >= kApartSettle);
-    if (!settled) {
-      if (!apart.empty()) std::this_thread::sleep_for(kApartSettle / 10);  // let a lagging server catch up
-      continue;  // vector ops landed meanwhile, or may be half applied: read it again
+    if (!level) {
+      // Apart: an op may be half applied. Still holding the lock (a writer
+      // that takes it cannot move them meanwhile), see that they stay so.
+      std::this_thread::sleep_until(looked + kApartSettle);
+      if (core->server_versions() != before) continue;
     }
     try {
       held.unlock();
