@@ -8,6 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <span>
+
 namespace {
 
 using namespace smb::test;
@@ -104,6 +109,66 @@ TEST_P(StripedIoTest, LargeTransferWithDefaultStripes) {
   ByteVec got(size);
   buffer.read(0, got);
   EXPECT_TRUE(holds_pattern(got, 0));
+}
+
+// The CPU's last-level cache, as libsmb reads it (sysfs; 32 MiB when unknown).
+std::uint64_t last_level_cache_bytes() {
+  std::uint64_t largest = 0;
+  for (int index = 0; index < 8; ++index) {
+    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+    std::uint64_t kib = 0;
+    if (in >> kib) largest = std::max(largest, kib << 10);  // "32768K"
+  }
+  return largest != 0 ? largest : std::uint64_t{32} << 20;
+}
+
+// Over shared memory a client writes a segment larger than the last-level
+// cache straight into its mapping of the server's pool with streaming stores
+// and reads it from there: unaligned heads and tails, other clients, and the
+// server's own vector ops must all see exactly the bytes written.
+TEST_P(StripedIoTest, SegmentsLargerThanTheCacheMoveExactly) {
+  if (GetParam().label != "ucx_shm") GTEST_SKIP() << "streamed copies are the shared-memory path (ucx_shm)";
+  const auto servers = static_cast<std::uint64_t>(GetParam().servers);
+  const std::uint64_t size = servers * (last_level_cache_bytes() + (1u << 20)) + 4321;
+  auto writer = make_client();
+  auto reader = make_client();
+  auto buffer = writer.create("past-the-cache", size);
+  ByteVec model = pattern_bytes(0, size);
+  buffer.write(0, model);
+  auto seen = reader.open("past-the-cache");
+  ByteVec whole(size);
+  seen.read(0, whole);
+  ASSERT_TRUE(holds_pattern(whole, 0));
+
+  struct Case {
+    std::uint64_t offset, length;
+  };
+  const std::vector<Case> cases = {
+      {1, 15}, {17, 63}, {4095, 4099}, {(1u << 20) - 33, (1u << 20) + 70}, {size - 777, 777}, {size - 1, 1}};
+  std::uint8_t salt = 1;
+  for (const auto& c : cases) {
+    SCOPED_TRACE("offset " + std::to_string(c.offset) + ", length " + std::to_string(c.length));
+    const auto data = pattern_bytes(c.offset, c.length, salt++);
+    buffer.write(c.offset, data);
+    std::copy(data.begin(), data.end(), model.begin() + static_cast<std::ptrdiff_t>(c.offset));
+    ByteVec got(c.length);
+    seen.read(c.offset, got);
+    ASSERT_TRUE(same_bytes(data, got, c.offset));
+  }
+  seen.read(0, whole);
+  ASSERT_TRUE(same_bytes(model, whole)) << "a streamed write spilled outside its range";
+
+  // The server adds to what the streamed stores left in its memory.
+  constexpr std::uint64_t kFloats = 1u << 18;
+  const std::vector<float> ones(kFloats, 1.0f), twos(kFloats, 2.0f);
+  std::vector<std::byte> bytes(kFloats * 4);
+  std::memcpy(bytes.data(), ones.data(), bytes.size());
+  buffer.write(0, bytes);
+  std::memcpy(bytes.data(), twos.data(), bytes.size());
+  buffer.apply(smb::VectorOp::accumulate, smb::DType::f32, 0, kFloats, 1.0, bytes);
+  std::vector<float> sums(kFloats);
+  seen.read(0, std::as_writable_bytes(std::span(sums)));
+  EXPECT_EQ(std::count(sums.begin(), sums.end(), 3.0f), static_cast<std::ptrdiff_t>(kFloats));
 }
 
 TEST_P(StripedIoTest, ZeroLengthOpsCompleteAtOnce) {

@@ -78,6 +78,13 @@ def wait_listen(port, seconds=15):
 
 def perftest(tls, test, size, iters, log_dir):
     """One ucx_perftest server/client pair; the p50 latency in us."""
+    return perftest_final(tls, test, size, iters, log_dir)[1]
+
+
+def perftest_final(tls, test, size, iters, log_dir, warmup=None):
+    """One ucx_perftest server/client pair; its "Final:" row as numbers:
+    iterations, p50 and average and overall latency (us), average and
+    overall bandwidth (MiB/s), average and overall rate."""
     port = free_port()
     tag = f"{tls or 'shm'}-{test}-{size}"
     with open(os.path.join(log_dir, f"perftest-{tag}-server.log"), "w") as slog:
@@ -87,7 +94,7 @@ def perftest(tls, test, size, iters, log_dir):
         # ucx_perftest's server has no ready line; its port is its sign of life.
         time.sleep(0.3)
         client = subprocess.run(["taskset", "-c", CLIENT_CPU, "ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test,
-                                 "-s", str(size), "-n", str(iters), "-w", str(max(100, iters // 20))],
+                                 "-s", str(size), "-n", str(iters), "-w", str(warmup or max(100, iters // 20))],
                                 env=env_for(tls), capture_output=True, text=True, timeout=300)
     finally:
         try:
@@ -100,14 +107,14 @@ def perftest(tls, test, size, iters, log_dir):
     final = [line for line in client.stdout.splitlines() if line.startswith("Final:")]
     if client.returncode != 0 or not final:
         raise RuntimeError(f"ucx_perftest {test} -s {size} over {tls or 'shm'} failed: {client.stderr[-400:]}")
-    return float(final[-1].split()[2])  # Final: iters p50 average overall ...
+    return [float(x) for x in final[-1].split()[1:]]
 
 
 class Smbd:
-    def __init__(self, build, tls, log_dir, extra_args=()):
+    def __init__(self, build, tls, log_dir, extra_args=(), capacity="256M"):
         self.log = open(os.path.join(log_dir, f"smbd-{tls or 'shm'}.log"), "w+")
         self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU, SMBD or os.path.join(build, "smb-server", "smbd"),
-                                      "--listen", "127.0.0.1:0", "--capacity", "256M", *extra_args],
+                                      "--listen", "127.0.0.1:0", "--capacity", capacity, *extra_args],
                                      env=env_for(tls), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -128,13 +135,18 @@ class Smbd:
 
 
 def bench(build, tls, server, *args):
+    doc = bench_json(build, tls, server, *args)
+    return {"p50": doc["p50_us"], "p99": doc["p99_us"], "path": doc["paths"][0]}
+
+
+def bench_json(build, tls, server, *args):
+    """smb-bench's --json report of one run against `server`."""
     cmd = ["taskset", "-c", CLIENT_CPU, os.path.join(build, "tools", "smb-bench"), "--servers", server, "--json",
            *map(str, args)]
     r = subprocess.run(cmd, env=env_for(tls), capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr[-400:]}")
-    doc = json.loads(r.stdout)
-    return {"p50": doc["p50_us"], "p99": doc["p99_us"], "path": doc["paths"][0]}
+    return json.loads(r.stdout)
 
 
 def switch_us():

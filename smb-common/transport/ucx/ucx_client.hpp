@@ -116,16 +116,29 @@ class UcxClientTransport final : public ClientTransport {
 // Segments whose keys are equal share one unpacked key: smbd's UCX pool
 // has one key for all its segments, and unpacking a shared-memory key maps
 // the server's pool into this process.
+//
+// Over shared memory the key's mapping is this process's view of the
+// segment (ucp_rkey_ptr): a segment larger than the last-level cache is
+// written there directly with streaming stores (util/stream_copy.hpp), which
+// UCX's memcpy does not use for ops of a few MiB.
 class UcxRemoteSegment final : public RemoteSegment {
  public:
-  UcxRemoteSegment(SegmentDescriptor descriptor, std::shared_ptr<const RkeyPtr> rkey)
-      : descriptor_(std::move(descriptor)), rkey_(std::move(rkey)) {}
+  UcxRemoteSegment(SegmentDescriptor descriptor, std::shared_ptr<const RkeyPtr> rkey, std::byte* streamed)
+      : descriptor_(std::move(descriptor)), rkey_(std::move(rkey)), streamed_(streamed) {}
   const SegmentDescriptor& descriptor() const override { return descriptor_; }
   ucp_rkey_h rkey() const { return rkey_->get(); }
+  // The local address of the segment's byte `offset` where writes of
+  // [offset, offset + length) are streamed there; null where UCX moves them.
+  std::byte* streamed(std::uint64_t offset, std::size_t length) const {
+    return streamed_ != nullptr && offset <= descriptor_.length && length <= descriptor_.length - offset
+               ? streamed_ + offset
+               : nullptr;
+  }
 
  private:
   SegmentDescriptor descriptor_;
   std::shared_ptr<const RkeyPtr> rkey_;
+  std::byte* streamed_;
 };
 
 class UcxChannel final : public Channel {

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -53,6 +54,16 @@ MemoryMap::MemoryMap(ucp_context_h context, void* base, std::size_t length)
   // itself (a registered private mapping leaves them no key, and RMA then
   // falls back to a software path that stalls). So the segment's range of the
   // pool is replaced, in place, by UCX-allocated shareable memory.
+  //
+  // First the range's own pages go (an inaccessible placeholder keeps the
+  // addresses ours): a pool of huge pages would otherwise hold them while
+  // UCX asks for its own, and with only the pool's worth reserved, UCX would
+  // fall back to 4 KiB pages, which cost large transfers a third of their
+  // speed on shared memory (docs/benchmarks.md, "Large regions").
+  if (::mmap(base, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
+      MAP_FAILED)
+    throw Error(Errc::no_space, "releasing " + std::to_string(length) + " bytes of the pool for UCX failed: " +
+                                    std::strerror(errno));
   ucp_mem_map_params_t params{};
   params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                       UCP_MEM_MAP_PARAM_FIELD_FLAGS;
@@ -60,10 +71,12 @@ MemoryMap::MemoryMap(ucp_context_h context, void* base, std::size_t length)
   params.length = length;
   params.flags = UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED;
   const ucs_status_t status = ucp_mem_map(context_, &params, &memh_);
-  if (status != UCS_OK)
+  if (status != UCS_OK) {
+    ::mmap(base, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     throw Error(Errc::no_space, "allocating " + std::to_string(length) +
                                     " bytes of shareable memory with UCX failed (" +
                                     ucs_status_string(status) + "); is /dev/shm large enough?");
+  }
   // Fault the pages in now, so that the first remote access does not pay for it.
   auto* bytes = static_cast<volatile std::uint8_t*>(base);
   for (std::size_t off = 0; off < length; off += 4096) bytes[off] = 0;
