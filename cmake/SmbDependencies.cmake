@@ -13,6 +13,7 @@ if(NOT CLI11_FOUND)
   target_include_directories(CLI11::CLI11 INTERFACE ${CLI11_INCLUDE_DIR})
 endif()
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)  # HMAC and randomness for authentication
 
 # CUDA and NCCL for the update engine's GPU path (smb-client/gpu/): on by
 # default where the CUDA toolkit and NCCL >= 2.10 (ncclAvg) are found. Only

@@ -16,7 +16,7 @@ PACKAGES=(
   # data path: UCX (library, ucx_info, ucx_perftest) and the verbs stack it can use
   libucx-dev ucx-utils libibverbs-dev librdmacm-dev rdma-core ibverbs-utils perftest
   # control plane and tools
-  libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+  libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libssl-dev
   # tests, and the fuzz targets (clang's libFuzzer, ASan, UBSan)
   libgtest-dev libgmock-dev clang libclang-rt-14-dev
   # scripts (free-port lookup, process tools), and the benchmarks' TCP reference

@@ -1,5 +1,7 @@
 #include "client_core.hpp"
 
+#include "protocol/auth.hpp"
+
 #include "transport/registry.hpp"
 
 #include "protocol/layout_codec.hpp"
@@ -52,6 +54,9 @@ ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
   for (auto& s : options_.servers) s = util::parse_host_port(s).str();
   if (options_.timeout.count() <= 0) throw Error(Errc::invalid_argument, "client timeout must be positive");
   if (options_.transport.empty()) options_.transport = env_or("SMB_TRANSPORT", "ucx");
+  if (options_.auth_token_file.empty()) options_.auth_token_file = env_or("SMB_AUTH_TOKEN_FILE", "");
+  if (!options_.auth_token_file.empty())
+    auth_secret_ = protocol::read_secret_file(options_.auth_token_file, "SMB_AUTH_TOKEN_FILE / auth_token_file");
   sorted_servers_ = options_.servers;
   std::sort(sorted_servers_.begin(), sorted_servers_.end());
   sorted_servers_.erase(std::unique(sorted_servers_.begin(), sorted_servers_.end()), sorted_servers_.end());
@@ -88,11 +93,12 @@ client::ServerLink& ClientCore::connect(const std::string& server) {
   client::ServerLink l;
   l.control = std::make_unique<client::ControlConnection>(
       server, options_.timeout,
-      Body{{"client", "libsmb"}, {"transport", transport_->name()}, {"address", protocol::binary(transport_->address())}});
+      Body{{"client", "libsmb"}, {"transport", transport_->name()}, {"address", protocol::binary(transport_->address())}},
+      auth_secret_);
   l.channel = transport_->connect(protocol::get_binary(l.control->hello_reply(), "address", "hello"), server);
   if (l.control->hello_reply().contains("instance")) l.instance = protocol::get_u64(l.control->hello_reply(), "instance", "hello");
   l.waits = std::make_unique<client::WaitConnections>(
-      server, options_.timeout, Body{{"client", "libsmb-wait"}, {"transport", transport_->name()}});
+      server, options_.timeout, Body{{"client", "libsmb-wait"}, {"transport", transport_->name()}}, auth_secret_);
   return links_.emplace(server, std::move(l)).first->second;
 }
 

@@ -76,6 +76,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void check_not_lost(const Layout& layout, const std::string& context);
 
   ClientOptions options_;
+  std::string auth_secret_;  // from options_.auth_token_file (protocol/auth.hpp); empty: none
   std::vector<std::string> sorted_servers_;
   std::unique_ptr<transport::ClientTransport> transport_;
   mutable std::mutex links_mutex_;

@@ -1,5 +1,7 @@
 #include "control_connection.hpp"
 
+#include "protocol/auth.hpp"
+
 #include "util/parse.hpp"
 
 #include <sys/socket.h>
@@ -37,7 +39,7 @@ void ControlConnection::run_bounded(const std::string& what, std::chrono::millis
 }
 
 ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds timeout,
-                                     const protocol::Body& hello)
+                                     const protocol::Body& hello, const std::string& secret)
     : peer_(std::move(peer)), timeout_(timeout), socket_(io_) {
   const auto hp = util::parse_host_port(peer_);
   tcp::resolver resolver(io_);
@@ -47,6 +49,16 @@ ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds
   run_bounded("connect", timeout_, [&](auto handler) { asio::async_connect(socket_, endpoints, handler); });
   socket_.set_option(tcp::no_delay(true));
   hello_reply_ = call(protocol::MessageType::hello, hello);
+  if (hello_reply_.contains("challenge")) {
+    if (secret.empty()) {
+      broken_ = true;
+      throw Error(Errc::permission_denied,
+                  "server " + peer_ + " wants a shared secret (it runs with --auth-token-file): give this client "
+                  "the same one with SMB_AUTH_TOKEN_FILE=FILE");
+    }
+    const auto challenge = protocol::get_binary(hello_reply_, "challenge", "hello");
+    hello_reply_ = call(protocol::MessageType::auth, {{"proof", protocol::binary(protocol::auth_proof(secret, challenge))}});
+  }
   session_ = protocol::get_u64(hello_reply_, "session", "hello");
 }
 

@@ -14,9 +14,11 @@ namespace smb::client {
 
 class ControlConnection {
  public:
-  // Connects and says hello (smbd serves nothing before it); the server's
-  // answer is kept in hello_reply().
-  ControlConnection(std::string peer, std::chrono::milliseconds timeout, const protocol::Body& hello);
+  // Connects and says hello (smbd serves nothing before it), and answers the
+  // server's challenge with `secret` where it asks for one (protocol/auth.hpp);
+  // the server's answer is kept in hello_reply().
+  ControlConnection(std::string peer, std::chrono::milliseconds timeout, const protocol::Body& hello,
+                    const std::string& secret);
   const protocol::Body& hello_reply() const { return hello_reply_; }
   // This connection's session at the server (calls name it: a barrier).
   std::uint64_t session() const { return session_; }

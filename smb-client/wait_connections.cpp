@@ -6,8 +6,9 @@ namespace {
 constexpr std::size_t kMaxIdle = 4;  // more idle sockets than this are closed on return
 }
 
-WaitConnections::WaitConnections(std::string peer, std::chrono::milliseconds timeout, protocol::Body hello)
-    : peer_(std::move(peer)), timeout_(timeout), hello_(std::move(hello)) {}
+WaitConnections::WaitConnections(std::string peer, std::chrono::milliseconds timeout, protocol::Body hello,
+                                 std::string secret)
+    : peer_(std::move(peer)), timeout_(timeout), hello_(std::move(hello)), secret_(std::move(secret)) {}
 
 std::shared_ptr<ControlConnection> WaitConnections::acquire() {
   std::unique_ptr<ControlConnection> connection;
@@ -18,7 +19,7 @@ std::shared_ptr<ControlConnection> WaitConnections::acquire() {
       idle_->connections.pop_back();
     }
   }
-  if (!connection) connection = std::make_unique<ControlConnection>(peer_, timeout_, hello_);
+  if (!connection) connection = std::make_unique<ControlConnection>(peer_, timeout_, hello_, secret_);
   std::weak_ptr<Idle> home = idle_;
   return {connection.release(), [home](ControlConnection* raw) {
             std::unique_ptr<ControlConnection> back(raw);

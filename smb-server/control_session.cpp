@@ -1,6 +1,7 @@
 #include "control_session.hpp"
 
 #include "control_server.hpp"
+#include "protocol/auth.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -22,6 +23,7 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 // A hello carries names and a transport address: a few KiB at most.
 constexpr std::uint32_t kMaxHelloBody = 64 * 1024;
 constexpr auto kHello = static_cast<std::uint16_t>(MessageType::hello);
+constexpr auto kAuth = static_cast<std::uint16_t>(MessageType::auth);
 
 std::string seconds(std::chrono::milliseconds d) {
   return std::to_string(d.count() / 1000) + "." + std::to_string(d.count() % 1000 / 100) + " s";
@@ -75,7 +77,12 @@ void ControlSession::read_header() {
         } catch (const Error& e) {
           return self->end(e.what());  // not our protocol: drop the connection
         }
-        if (!self->greeted_ && self->request_.type != kHello)
+        const bool challenged = !self->challenge_.empty();
+        if (challenged && self->request_.type != kAuth)
+          return self->send_and_close(protocol::error_reply(
+              Errc::permission_denied, std::string(protocol::message_name(self->request_.type)) +
+                                           " before auth: this server wants the shared secret first"));
+        if (!self->greeted_ && !challenged && self->request_.type != kHello)
           return self->send_and_close(protocol::error_reply(
               Errc::protocol, std::string(protocol::message_name(self->request_.type)) +
                                   " before hello: a client must say hello first"));
@@ -105,18 +112,59 @@ void ControlSession::read_body() {
 
 void ControlSession::frame_complete() {
   if (greeted_) disarm();
+  if (!greeted_ && request_.type == kHello && !server_.limits().auth_secret.empty()) return challenge();
+  if (!greeted_ && request_.type == kAuth) return check_proof();
+  if (!greeted_ && request_.type == kHello) return greet(body_);
   deferred_ = true;
-  const auto type = request_.type;
-  server_.serve(id_, type, body_, {}, [self = shared_from_this(), type](protocol::Body reply) {
+  server_.serve(id_, request_.type, body_, {}, [self = shared_from_this()](protocol::Body reply) {
+    if (!self->ended_) self->send(reply);
+  });
+  body_ = {};  // serve() decoded it; a large body's memory goes back now
+  if (deferred_) watch_while_deferred();
+}
+
+void ControlSession::greet(std::span<const std::uint8_t> hello) {
+  server_.serve(id_, kHello, hello, {}, [self = shared_from_this()](protocol::Body reply) {
     if (self->ended_) return;
-    if (type == kHello && !self->greeted_ && protocol::is_ok(reply)) {
+    if (protocol::is_ok(reply)) {
       self->greeted_ = true;
       self->disarm();
     }
     self->send(reply);
   });
-  body_ = {};  // serve() decoded it; a large body's memory goes back now
-  if (deferred_) watch_while_deferred();
+}
+
+// The hello waits until the client proves it holds the secret; until then
+// it learns nothing but the challenge (no transport address, no session).
+void ControlSession::challenge() {
+  challenge_ = protocol::make_challenge();
+  hello_body_ = std::move(body_);
+  body_ = {};
+  send(protocol::ok_reply({{"auth", protocol::kAuthScheme}, {"challenge", protocol::binary(challenge_)}}));
+}
+
+void ControlSession::check_proof() {
+  protocol::Bytes proof;
+  try {
+    proof = protocol::get_binary(protocol::decode_body(body_), "proof", "auth");
+  } catch (const Error&) {
+    // Malformed or no proof: the same answer as a wrong one.
+  }
+  const bool matches = !challenge_.empty() && protocol::proof_matches(server_.limits().auth_secret, challenge_, proof);
+  challenge_.clear();
+  if (!matches) {
+    spdlog::warn("client {} (session {}) failed authentication: its secret is not this server's", peer_, id_);
+    return send_and_close(protocol::error_reply(
+        Errc::permission_denied,
+        server_.limits().auth_secret.empty()
+            ? std::string("auth: this server asks for no secret")
+            : std::string("authentication failed: the client's shared secret (SMB_AUTH_TOKEN_FILE) is not this "
+                          "server's (--auth-token-file)")));
+  }
+  auto hello = std::move(hello_body_);
+  hello_body_ = {};
+  body_ = {};
+  greet(hello);
 }
 
 // No read is outstanding while a reply is deferred, so a client that dies
@@ -144,8 +192,10 @@ void ControlSession::send(const protocol::Body& reply) {
 
 void ControlSession::send_and_close(const protocol::Body& reply) {
   out_ = protocol::encode_reply(request_.type, request_.request_id, reply);
-  asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](auto, std::size_t) {
-    self->end("request before hello");
+  std::string why = reply.contains("error") && reply["error"].is_string() ? reply["error"].get<std::string>()
+                                                                               : "refused";
+  asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this(), why](auto, std::size_t) {
+    self->end(why);
   });
 }
 

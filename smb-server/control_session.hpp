@@ -46,12 +46,21 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
   std::string deadline_reason_;
   bool ended_ = false;
   bool greeted_ = false;   // hello succeeded: other requests are served from now on
+  // With --auth-token-file: the challenge this session's hello got, and the
+  // hello, served once an auth message proves the secret (protocol/auth.hpp).
+  protocol::Bytes challenge_;
+  std::vector<std::uint8_t> hello_body_;
   bool deferred_ = false;  // a reply is still to come
   std::array<std::uint8_t, protocol::kHeaderSize> header_{};
   std::size_t header_have_ = 0;
   protocol::Header request_;
   std::vector<std::uint8_t> body_;
   std::vector<std::uint8_t> out_;
+
+  // The hello or auth reply: greets the session when it is ok.
+  void greet(std::span<const std::uint8_t> hello);
+  void challenge();
+  void check_proof();
 };
 
 }  // namespace smb::server

@@ -5,6 +5,7 @@
 // thousands of buffers never reaches; an error that hits one names its flag.
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace smb::server {
 
@@ -15,6 +16,8 @@ struct ConnectionLimits {
   std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};
   // A frame whose first byte has arrived must be complete by then.
   std::chrono::milliseconds frame_timeout{std::chrono::seconds(30)};
+  // --auth-token-file's secret; empty: sessions need none (protocol/auth.hpp).
+  std::string auth_secret;
 };
 
 // Per client session; what outlives the session (committed layouts, the

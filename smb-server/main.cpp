@@ -2,6 +2,7 @@
 // which reach it with one-sided RMA; see docs/architecture.md.
 #include "control_server.hpp"
 #include "memory_pool.hpp"
+#include "protocol/auth.hpp"
 #include "protocol/layout_codec.hpp"
 #include "registry.hpp"
 #include "transport/registry.hpp"
@@ -31,6 +32,7 @@ struct Options {
   std::string log_level = "info";
   double hello_timeout_s = 10;
   double frame_timeout_s = 30;
+  std::string auth_token_file;
   smb::server::ConnectionLimits connections;
   smb::server::SessionQuotas quotas;
 };
@@ -101,6 +103,12 @@ int run(Options options) {
   options.connections.hello_timeout = seconds_flag(options.hello_timeout_s, "--hello-timeout");
   options.connections.frame_timeout = seconds_flag(options.frame_timeout_s, "--frame-timeout");
   apply_fd_limit(options.connections);
+  if (!options.auth_token_file.empty()) {
+    std::string warning;
+    options.connections.auth_secret =
+        smb::protocol::read_secret_file(options.auth_token_file, "--auth-token-file", &warning);
+    if (!warning.empty()) spdlog::warn("{}", warning);
+  }
 
   auto transport = smb::transport::make_server_transport(options.transport);
   smb::server::MemoryPool pool(capacity);
@@ -126,6 +134,10 @@ int run(Options options) {
                               ? " (another process uses this port: pick another with --listen HOST:PORT)"
                               : ""));
   }
+  if (options.connections.auth_secret.empty() && !endpoint.address().is_loopback())
+    spdlog::warn("listening on {} without --auth-token-file: anyone who can reach this port can read, overwrite and "
+                 "destroy every buffer here (docs/reliability.md, \"Authentication\")",
+                 options.listen);
   const auto bound = control->local_endpoint();
   identity.address = listen.host + ":" + std::to_string(bound.port());
 
@@ -176,6 +188,9 @@ int main(int argc, char** argv) {
                  "of small calls finds the server awake (0: sleep at once)")
       ->check(CLI::Range(0u, 1'000'000u))
       ->capture_default_str();
+  app.add_option("--auth-token-file", options.auth_token_file,
+                 "File holding a shared secret clients must prove they know (challenge-response, never sent); "
+                 "clients give theirs with SMB_AUTH_TOKEN_FILE");
   app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();

@@ -46,6 +46,12 @@ void deferred(Services& s, Request& r, const ReplyFn& reply) {
   (s.coordination.*serve)(r.session, r.body, reply);
 }
 
+// An auth message where no challenge is outstanding.
+void auth_out_of_turn(Services&, Request&, const ReplyFn&) {
+  throw Error(Errc::protocol, "auth: no challenge to answer (this session is authenticated, or its server asks for no "
+                              "secret)");
+}
+
 // A vector_op message (a control connection's: calls come as vector_call,
 // see data_path_calls.cpp): runs as vector_runs.hpp says; a session's reply
 // goes out on the io thread.
@@ -86,6 +92,8 @@ constexpr std::array kRoutes{
     Route{MessageType::vector_call, kCall, arrival, nullptr},
     Route{MessageType::version_call, kCall, arrival, nullptr},
     Route{MessageType::barrier_call, kCall, arrival, nullptr},
+    // Only a session's answer to its hello's challenge (control_session.cpp).
+    Route{MessageType::auth, kControl, io_thread, auth_out_of_turn},
 };
 
 // Indexed by type, checked at compile time: one entry per type, in order.

@@ -43,6 +43,10 @@ struct ClientOptions {
   /// Client::unreachable_servers(); calls that need it fail at once with
   /// Errc::unreachable), so that tools can report a degraded fabric.
   bool tolerate_unreachable = false;
+  /// File holding the shared secret of servers run with --auth-token-file
+  /// (proved by challenge-response, never sent). Empty: SMB_AUTH_TOKEN_FILE,
+  /// if set; else no secret.
+  std::string auth_token_file;
 };
 
 struct BufferOptions {

@@ -21,10 +21,11 @@ enum class Errc : int {
   transport = 10,         ///< the transport (UCX, verbs) reported a failure
   internal = 11,
   data_lost = 12,         ///< a server restarted empty: its stripes of a buffer are gone
+  permission_denied = 13, ///< the server wants a shared secret this client lacks or got wrong
 };
 
 /// The highest code: one above it from the wire is a code this build does not know.
-inline constexpr Errc kLastErrc = Errc::data_lost;
+inline constexpr Errc kLastErrc = Errc::permission_denied;
 
 const char* errc_name(Errc code) noexcept;
 

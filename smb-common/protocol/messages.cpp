@@ -37,6 +37,7 @@ const char* message_name(std::uint16_t type) {
     case MessageType::vector_call: return "vector_call";
     case MessageType::version_call: return "version_call";
     case MessageType::barrier_call: return "barrier_call";
+    case MessageType::auth: return "auth";
   }
   return "unknown";
 }

@@ -57,6 +57,7 @@ enum class MessageType : std::uint16_t {
   vector_call = 18,    // vector_op as a data-path call, in a fixed binary body (fixed_calls.hpp)
   version_call = 19,   // get_version / wait_version as a data-path call, the same way
   barrier_call = 20,   // barrier as a data-path call, the same way (names its client's session)
+  auth = 21,           // after a hello answered with a challenge: {proof(bin)} -> the hello reply (auth.hpp)
 };
 
 const char* message_name(std::uint16_t type);

@@ -25,6 +25,7 @@ const char* errc_name(Errc code) noexcept {
     case Errc::transport: return "transport error";
     case Errc::internal: return "internal error";
     case Errc::data_lost: return "data lost";
+    case Errc::permission_denied: return "permission denied";
   }
   return "unknown error";
 }

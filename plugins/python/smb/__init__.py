@@ -23,13 +23,14 @@ import os
 
 from . import _core
 from .errors import (AlreadyExists, CapacityExhausted, Error, InternalError, InvalidArgument, NotFound,
-                     OutOfRange, ProtocolError, ServerGone, Timeout, TransportError, Unreachable, DataLost)
+                     OutOfRange, ProtocolError, ServerGone, Timeout, TransportError, Unreachable, DataLost,
+                     PermissionDenied)
 
 __all__ = [
     "TRANSPORTS", "__version__", "Client", "Buffer", "Lock", "MemoryRegistration", "UpdateEngine", "DTYPES", "OPS", "dtype_name",
     "element_size", "memory_address", "Error", "InvalidArgument", "OutOfRange", "NotFound", "AlreadyExists",
     "CapacityExhausted", "Unreachable", "ServerGone", "Timeout", "ProtocolError", "TransportError",
-    "InternalError", "DataLost", "read_checkpoint",
+    "InternalError", "DataLost", "PermissionDenied", "read_checkpoint",
 ]
 
 __version__ = _core.VERSION
@@ -257,11 +258,14 @@ class Client:
     servers: "h:p,h:p", a list, or None for $SMB_SERVERS. timeout: the longest
     single wait, in seconds. transport: one of smb.TRANSPORTS, e.g. "ucx" or
     "verbs" (None: $SMB_TRANSPORT, else "ucx"). transport_options: settings
-    only that transport knows, e.g. {"protocol": "am"} for UCX."""
+    only that transport knows, e.g. {"protocol": "am"} for UCX. auth_token_file:
+    the secret of servers run with --auth-token-file (None: $SMB_AUTH_TOKEN_FILE,
+    if set); without the right one, connecting raises PermissionDenied."""
 
-    def __init__(self, servers=None, timeout=15.0, transport=None, transport_options=None):
+    def __init__(self, servers=None, timeout=15.0, transport=None, transport_options=None, auth_token_file=None):
         self._c = _core.Client(_servers(servers), float(timeout), transport or "",
-                               {str(k): str(v) for k, v in (transport_options or {}).items()})
+                               {str(k): str(v) for k, v in (transport_options or {}).items()},
+                               os.fspath(auth_token_file) if auth_token_file is not None else "")
 
     @property
     def servers(self):

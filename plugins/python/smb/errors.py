@@ -72,9 +72,15 @@ class DataLost(Error):
     code = "data_lost"
 
 
+class PermissionDenied(Error, PermissionError):
+    """The servers want a shared secret (SMB_AUTH_TOKEN_FILE) this client lacks or got wrong."""
+
+    code = "permission_denied"
+
+
 _BY_CODE = {cls.code: cls for cls in (InvalidArgument, OutOfRange, NotFound, AlreadyExists, CapacityExhausted,
                                        Unreachable, ServerGone, Timeout, ProtocolError, TransportError,
-                                       InternalError, DataLost)}
+                                       InternalError, DataLost, PermissionDenied)}
 
 
 def from_code(code, message):

@@ -211,8 +211,9 @@ void bind_client(py::module_& m) {
 
   py::class_<Client>(m, "Client")
       .def(py::init([](std::vector<std::string> servers, double timeout, std::string transport,
-                       std::map<std::string, std::string> transport_options) {
+                       std::map<std::string, std::string> transport_options, std::string auth_token_file) {
              ClientOptions options;
+             options.auth_token_file = std::move(auth_token_file);
              options.servers = std::move(servers);
              options.timeout = millis(timeout, "timeout");
              options.transport = std::move(transport);
@@ -220,7 +221,8 @@ void bind_client(py::module_& m) {
              py::gil_scoped_release nogil;
              return Client(std::move(options));
            }),
-           py::arg("servers"), py::arg("timeout"), py::arg("transport"), py::arg("transport_options"))
+           py::arg("servers"), py::arg("timeout"), py::arg("transport"), py::arg("transport_options"),
+           py::arg("auth_token_file"))
       .def("create",
            [](Client& c, const std::string& name, std::uint64_t size, std::uint64_t stripe_unit,
               std::vector<std::string> servers) {

@@ -23,6 +23,7 @@ const char* code_name(Errc code) {
     case Errc::transport: return "transport";
     case Errc::internal: return "internal";
     case Errc::data_lost: return "data_lost";
+    case Errc::permission_denied: return "permission_denied";
   }
   return "internal";
 }

@@ -2,9 +2,12 @@
 """Every smb exception class, raised by the failure that should raise it
 against real servers; codes, messages and builtin bases."""
 
+import os
 import pickle
 import socket
+import tempfile
 import time
+import unittest
 
 import fabric
 from fabric import needs_numpy, np, smb
@@ -131,7 +134,7 @@ class ErrorClassesTest(fabric.FabricTestCase):
         classes = {cls.code: cls for cls in (smb.InvalidArgument, smb.OutOfRange, smb.NotFound, smb.AlreadyExists,
                                              smb.CapacityExhausted, smb.Unreachable, smb.ServerGone, smb.Timeout,
                                              smb.ProtocolError, smb.TransportError, smb.InternalError,
-                                             smb.DataLost)}
+                                             smb.DataLost, smb.PermissionDenied)}
         self.assertEqual(sorted(classes), sorted(names[1:]))
         for code, cls in classes.items():
             error = smb.errors.from_code(code, f"a {code} message")
@@ -152,9 +155,33 @@ class ErrorClassesTest(fabric.FabricTestCase):
         self.assertTrue(issubclass(smb.CapacityExhausted, MemoryError))
         self.assertTrue(issubclass(smb.Unreachable, ConnectionError))
         self.assertTrue(issubclass(smb.ServerGone, ConnectionError))
+        self.assertTrue(issubclass(smb.PermissionDenied, PermissionError))
         for cls in (smb.NotFound, smb.Timeout, smb.InvalidArgument, smb.AlreadyExists, smb.ProtocolError):
             self.assertTrue(issubclass(cls, smb.Error))
             self.assertTrue(issubclass(cls, Exception))
+
+
+class PermissionDeniedTest(unittest.TestCase):
+    """A server run with --auth-token-file: the secret opens it, its absence or another does not."""
+
+    def test_secret(self):
+        with tempfile.TemporaryDirectory() as d:
+            right, wrong = os.path.join(d, "right"), os.path.join(d, "wrong")
+            for path, text in ((right, "s3cret"), (wrong, "s3cret!")):
+                with open(path, "w") as f:
+                    f.write(text)
+                os.chmod(path, 0o600)
+            servers = fabric.Fabric(1, "64M", extra_args=["--auth-token-file", right])
+            self.addCleanup(servers.stop)
+            servers.start()
+            client = smb.Client(servers=servers.server_list, timeout=5, auth_token_file=right)
+            client.create("guarded", 4096)
+            del client
+            for secret in (None, wrong):
+                with self.assertRaises(smb.PermissionDenied) as cm:
+                    smb.Client(servers=servers.server_list, timeout=5, auth_token_file=secret)
+                self.assertEqual(cm.exception.code, "permission_denied")
+                self.assertIn(servers.servers[0], str(cm.exception))
 
 
 class ServerGoneTest(fabric.FabricTestCase):

@@ -1,0 +1,30 @@
+#pragma once
+// Shared-secret authentication of control sessions: a challenge-response,
+// so the secret never crosses the wire (docs/reliability.md, "Authentication").
+//
+//   client -> hello {client, transport, ...}
+//   server -> {auth: "hmac-sha256", challenge: 32 random bytes}   (nothing else)
+//   client -> auth  {proof: HMAC-SHA256(secret, kAuthContext || challenge)}
+//   server -> the hello reply (transport address, session, ...), or
+//             permission_denied and the connection closes
+//
+// A fresh challenge per connection makes a recorded proof useless later.
+#include "protocol/messages.hpp"
+
+#include <string>
+
+namespace smb::protocol {
+
+inline constexpr const char* kAuthScheme = "hmac-sha256";
+
+// The secret in `path` (surrounding whitespace dropped). Throws
+// Error(invalid_argument) naming `flag` when the file cannot be read or is
+// empty; `warning` gets a sentence when others may read the file.
+std::string read_secret_file(const std::string& path, const std::string& flag, std::string* warning = nullptr);
+
+Bytes make_challenge();
+Bytes auth_proof(const std::string& secret, const Bytes& challenge);
+// Constant-time comparison with the expected proof.
+bool proof_matches(const std::string& secret, const Bytes& challenge, const Bytes& proof);
+
+}  // namespace smb::protocol
