@@ -17,6 +17,25 @@ namespace {
 
 using namespace smb::test;
 
+struct Case {
+  std::uint64_t offset, length;
+};
+
+// Writes each case's bytes (a new salt each) through `writer`, mirrors them
+// in `model`, and checks that `reader` reads them back.
+void write_and_check(smb::Buffer& writer, smb::Buffer& reader, ByteVec& model, const std::vector<Case>& cases) {
+  std::uint8_t salt = 1;
+  for (const auto& c : cases) {
+    SCOPED_TRACE("offset " + std::to_string(c.offset) + ", length " + std::to_string(c.length));
+    const auto data = pattern_bytes(c.offset, c.length, salt++);
+    writer.write(c.offset, data);
+    std::copy(data.begin(), data.end(), model.begin() + static_cast<std::ptrdiff_t>(c.offset));
+    ByteVec got(c.length);
+    reader.read(c.offset, got);
+    ASSERT_TRUE(same_bytes(data, got, c.offset));
+  }
+}
+
 class StripedIoTest : public FabricTest {
  protected:
   static constexpr std::uint64_t kUnit = 4096;
@@ -34,9 +53,6 @@ TEST_P(StripedIoTest, OddSizesAndOffsetsMatchALocalModel) {
   ByteVec model = pattern_bytes(0, size);
   buffer.write(0, model);
 
-  struct Case {
-    std::uint64_t offset, length;
-  };
   const std::vector<Case> cases = {
       {0, 1},                           // first byte
       {1, 7},                           // inside the first word
@@ -48,16 +64,7 @@ TEST_P(StripedIoTest, OddSizesAndOffsetsMatchALocalModel) {
       {size - 5000, 5000},              // the tail, including the short last stripe
       {size - 1, 1},                    // the very last byte
   };
-  std::uint8_t salt = 1;
-  for (const auto& c : cases) {
-    SCOPED_TRACE("offset " + std::to_string(c.offset) + ", length " + std::to_string(c.length));
-    const auto data = pattern_bytes(c.offset, c.length, salt++);
-    buffer.write(c.offset, data);
-    std::copy(data.begin(), data.end(), model.begin() + static_cast<std::ptrdiff_t>(c.offset));
-    ByteVec got(c.length);
-    buffer.read(c.offset, got);
-    ASSERT_TRUE(same_bytes(data, got, c.offset));
-  }
+  write_and_check(buffer, buffer, model, cases);
   ByteVec whole(size);
   buffer.read(0, whole);
   EXPECT_TRUE(same_bytes(model, whole)) << "a write spilled outside its range";
@@ -140,21 +147,9 @@ TEST_P(StripedIoTest, SegmentsLargerThanTheCacheMoveExactly) {
   seen.read(0, whole);
   ASSERT_TRUE(holds_pattern(whole, 0));
 
-  struct Case {
-    std::uint64_t offset, length;
-  };
   const std::vector<Case> cases = {
       {1, 15}, {17, 63}, {4095, 4099}, {(1u << 20) - 33, (1u << 20) + 70}, {size - 777, 777}, {size - 1, 1}};
-  std::uint8_t salt = 1;
-  for (const auto& c : cases) {
-    SCOPED_TRACE("offset " + std::to_string(c.offset) + ", length " + std::to_string(c.length));
-    const auto data = pattern_bytes(c.offset, c.length, salt++);
-    buffer.write(c.offset, data);
-    std::copy(data.begin(), data.end(), model.begin() + static_cast<std::ptrdiff_t>(c.offset));
-    ByteVec got(c.length);
-    seen.read(c.offset, got);
-    ASSERT_TRUE(same_bytes(data, got, c.offset));
-  }
+  write_and_check(buffer, seen, model, cases);
   seen.read(0, whole);
   ASSERT_TRUE(same_bytes(model, whole)) << "a streamed write spilled outside its range";
 
