@@ -113,7 +113,7 @@ void ControlSession::read_body() {
 void ControlSession::frame_complete() {
   if (greeted_) disarm();
   if (!greeted_ && request_.type == kHello && !server_.limits().auth_secret.empty()) return challenge();
-  if (!greeted_ && request_.type == kAuth) return check_proof();
+  if (!challenge_.empty()) return check_proof();  // read_header let nothing but auth through
   if (!greeted_ && request_.type == kHello) return greet(body_);
   deferred_ = true;
   server_.serve(id_, request_.type, body_, {}, [self = shared_from_this()](protocol::Body reply) {
@@ -150,16 +150,13 @@ void ControlSession::check_proof() {
   } catch (const Error&) {
     // Malformed or no proof: the same answer as a wrong one.
   }
-  const bool matches = !challenge_.empty() && protocol::proof_matches(server_.limits().auth_secret, challenge_, proof);
+  const bool matches = protocol::proof_matches(server_.limits().auth_secret, challenge_, proof);
   challenge_.clear();
   if (!matches) {
     spdlog::warn("client {} (session {}) failed authentication: its secret is not this server's", peer_, id_);
     return send_and_close(protocol::error_reply(
-        Errc::permission_denied,
-        server_.limits().auth_secret.empty()
-            ? std::string("auth: this server asks for no secret")
-            : std::string("authentication failed: the client's shared secret (SMB_AUTH_TOKEN_FILE) is not this "
-                          "server's (--auth-token-file)")));
+        Errc::permission_denied, "authentication failed: the client's shared secret (SMB_AUTH_TOKEN_FILE) is not "
+                                 "this server's (--auth-token-file)"));
   }
   auto hello = std::move(hello_body_);
   hello_body_ = {};

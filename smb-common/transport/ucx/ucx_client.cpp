@@ -648,14 +648,17 @@ void UcxChannel::credit_returned() {
   }
 }
 
+// For ops that touch no UCX state (copies through the mapped pool): the lock only for the health check.
+bool UcxChannel::admit_unlocked(const CompletionPtr& completion, const char* op) {
+  std::lock_guard lock(transport_.mutex_);
+  return health_.admit(completion, op);
+}
+
 void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
                      const CompletionPtr& completion) {
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
   if (std::byte* mapped = remote.streamed(offset, length)) {
-    {
-      std::lock_guard lock(transport_.mutex_);
-      if (!health_.admit(completion, "write")) return;
-    }
+    if (!admit_unlocked(completion, "write")) return;
     util::stream_copy(mapped, src, length);  // no UCX state: other threads progress meanwhile
     return completion->finish();
   }
@@ -685,10 +688,7 @@ void UcxChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::s
                      const CompletionPtr& completion) {
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
   if (const std::byte* mapped = remote.streamed(offset, length)) {
-    {
-      std::lock_guard lock(transport_.mutex_);
-      if (!health_.admit(completion, "read")) return;
-    }
+    if (!admit_unlocked(completion, "read")) return;
     std::memcpy(dst, mapped, length);
     return completion->finish();
   }

@@ -168,6 +168,7 @@ class UcxChannel final : public Channel {
   friend class UcxClientTransport;
   static void on_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void fail(std::string reason);  // under the lock
+  bool admit_unlocked(const CompletionPtr& completion, const char* op);  // takes the lock
   void send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, const void* src,
                void* dst, std::size_t length, const CompletionPtr& completion, const char* op);
   // `second`, if not empty, follows `payload` in the message. The header
