@@ -5,6 +5,8 @@
 #include "protocol/messages.hpp"
 #include "protocol/striping.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 namespace smb {
@@ -15,7 +17,17 @@ BufferCore::BufferCore(std::shared_ptr<ClientCore> client, Layout layout,
       layout_(std::move(layout)),
       name_(std::make_shared<const std::string>(layout_.name)),
       segments_(std::move(segments)) {
-  for (const auto& s : layout_.servers) links_.push_back(&client_->link(s));
+  for (std::uint32_t r = 0; r < layout_.replicas; ++r) segment_names_.push_back(protocol::segment_name(layout_.name, r));
+  for (const auto& s : layout_.servers) {
+    client::ServerLink* link = nullptr;
+    try {
+      link = &client_->link(s);
+    } catch (const Error& e) {
+      // A replicated buffer goes on without a server; its copies elsewhere serve.
+      if (layout_.replicas == 1 || !client::is_absence(e)) throw;
+    }
+    links_.push_back(link);
+  }
 }
 
 BufferCore::~BufferCore() {
@@ -125,6 +137,7 @@ Request BufferCore::transfer(const char* op, std::uint64_t offset, std::uint64_t
 }
 
 Request BufferCore::write(std::uint64_t offset, std::span<const std::byte> data) {
+  if (replicas() > 1) return write_replicated(offset, data);
   return transfer("write", offset, data.size(),
                   [&](transport::Channel& channel, transport::RemoteSegment& segment, const protocol::StripePiece& p,
                       const transport::CompletionPtr& completion) {
@@ -133,6 +146,7 @@ Request BufferCore::write(std::uint64_t offset, std::span<const std::byte> data)
 }
 
 Request BufferCore::read(std::uint64_t offset, std::span<std::byte> out) {
+  if (replicas() > 1) return read_replicated(offset, out);
   return transfer("read", offset, out.size(),
                   [&](transport::Channel& channel, transport::RemoteSegment& segment, const protocol::StripePiece& p,
                       const transport::CompletionPtr& completion) {
@@ -172,6 +186,14 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
   check_range(op, offset, sizeof(std::uint64_t));
   if (offset % sizeof(std::uint64_t) != 0)
     throw Error(Errc::invalid_argument, describe(op, offset, 8) + ": offset must be 8-byte aligned");
+  if (replicas() > 1) {
+    if (compare_swap)
+      throw Error(Errc::invalid_argument,
+                  describe(op, offset, 8) + ": compare-swap on a replicated buffer is not supported yet (its copies "
+                                            "could take racing swaps in different orders); use fetch_add, a lock, "
+                                            "or a buffer with replicas = 1");
+    return fetch_add_replicated(offset, a);
+  }
   // Stripe units are multiples of 8, so an aligned word never straddles servers.
   const auto piece = protocol::locate(geometry(), offset);
   auto& spare = spare_atomic_word();
@@ -196,17 +218,43 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
 
 void BufferCore::close() {
   std::call_once(closed_, [this] {
-    for (std::size_t i = 0; i < layout_.servers.size(); ++i) {
-      if (!segments_[i]) continue;
-      segments_[i].reset();
-      try {
-        client_->link(layout_.servers[i]).control->call(protocol::MessageType::close_segment,
-                                                        {{"name", layout_.name}});
-      } catch (const Error&) {
-        // gone servers dropped the handle already; keep closing the others
+    for (std::uint32_t r = 0; r < replicas(); ++r)
+      for (std::uint32_t s = 0; s < server_count(); ++s) {
+        auto& held = segments_[std::size_t{r} * server_count() + s];
+        if (!held) continue;
+        held.reset();
+        try {
+          links_[s]->control->call(protocol::MessageType::close_segment,
+                                   {{"name", protocol::segment_name(layout_.name, r)}});
+        } catch (const Error&) {
+          // gone servers dropped the handle already; keep closing the others
+        }
       }
-    }
   });
+}
+
+bool BufferCore::usable(std::uint32_t replica, std::uint32_t server) {
+  if (segment(replica, server) == nullptr || links_[server] == nullptr || !links_[server]->alive()) return false;
+  std::lock_guard lock(stale_mutex_);
+  return !stale_.contains({replica, server});
+}
+
+void BufferCore::mark_stale(std::uint32_t replica, std::uint32_t server, const std::string& why) {
+  {
+    std::lock_guard lock(stale_mutex_);
+    if (!stale_.insert({replica, server}).second) return;
+  }
+  spdlog::warn("buffer '{}': copy {} on server {} is no longer used by this client: {}", layout_.name, replica,
+               layout_.servers[server], why);
+}
+
+std::uint32_t BufferCore::first_usable(std::uint32_t position, const std::string& context) {
+  for (std::uint32_t r = 0; r < replicas(); ++r)
+    if (usable(r, replica_server(position, r))) return r;
+  std::string where;
+  for (std::uint32_t r = 0; r < replicas(); ++r)
+    where += (r == 0 ? "" : ", ") + layout_.servers[replica_server(position, r)];
+  throw Error(Errc::server_gone, context + ": every copy of its stripes on " + where + " is gone");
 }
 
 }  // namespace smb

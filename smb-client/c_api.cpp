@@ -108,9 +108,15 @@ int smb_client_connect(const char* servers, uint32_t timeout_ms, smb_client** re
 void smb_client_free(smb_client* client) { std::unique_ptr<smb_client> owned(client); }
 
 int smb_buffer_create(smb_client* client, const char* name, uint64_t size, uint64_t stripe_unit, smb_buffer** result) {
+  return smb_buffer_create_replicated(client, name, size, stripe_unit, 1, result);
+}
+
+int smb_buffer_create_replicated(smb_client* client, const char* name, uint64_t size, uint64_t stripe_unit,
+                                 uint32_t replicas, smb_buffer** result) {
   return guarded([&] {
     smb::BufferOptions options;
     if (stripe_unit != 0) options.stripe_unit = stripe_unit;
+    if (replicas != 0) options.replicas = replicas;
     auto& c = need(client, "smb_buffer_create: client");
     auto& out = need(result, "smb_buffer_create: out");
     out = std::make_unique<smb_buffer>(smb_buffer{c.client.create(text(name, "smb_buffer_create: name"), size, options)})

@@ -27,11 +27,6 @@ std::string env_or(const char* name, const char* fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
-// An error that says the server is not there (rather than that it refused).
-bool is_absence(const Error& e) {
-  return e.code() == Errc::unreachable || e.code() == Errc::server_gone || e.code() == Errc::timeout;
-}
-
 transport::SegmentDescriptor segment_from(const Body& reply, const std::string& context) {
   transport::SegmentDescriptor d;
   d.id = protocol::get_u64(reply, "segment_id", context);
@@ -42,6 +37,12 @@ transport::SegmentDescriptor segment_from(const Body& reply, const std::string& 
 }
 
 }  // namespace
+
+bool client::is_absence(const Error& e) {
+  return e.code() == Errc::unreachable || e.code() == Errc::server_gone || e.code() == Errc::timeout;
+}
+
+using client::is_absence;
 
 ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
   if (options_.servers.empty()) {
@@ -115,7 +116,7 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
   if (options.stripe_unit == 0 || options.stripe_unit % 8 != 0)
     throw Error(Errc::invalid_argument, context + ": stripe unit " + std::to_string(options.stripe_unit) +
                                             " must be a positive multiple of 8");
-  Layout layout{name, size, options.stripe_unit, {}, {}, {}};
+  Layout layout{name, size, options.stripe_unit, {}, {}, {}, 1};
   if (options.servers.empty()) {
     layout.servers = sorted_servers_;
   } else {
@@ -135,28 +136,37 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
                                     std::to_string(layout.servers.size()) + " server(s) needs " +
                                     util::format_bytes(largest) + " on one, more than any smbd lends (256 TiB)");
 
+  if (options.replicas < 1 || options.replicas > kMaxReplicas || options.replicas > layout.servers.size())
+    throw Error(Errc::invalid_argument, context + ": " + std::to_string(options.replicas) + " replicas over " +
+                                            std::to_string(layout.servers.size()) + " server(s): 1 to " +
+                                            std::to_string(kMaxReplicas) + ", each on its own server");
+  layout.replicas = options.replicas;
+
   for (const auto& s : layout.servers) layout.instances.push_back(link(s).instance);
   auto& home = link(home_of(name));
   home.control->call(MessageType::reserve_name, {{"name", name}, {"layout", protocol::layout_to_body(layout)}});
-  std::vector<std::string> allocated;
-  std::vector<transport::SegmentDescriptor> descriptors(layout.servers.size());
+  std::vector<std::pair<std::string, std::string>> allocated;  // (server, segment)
+  std::vector<transport::SegmentDescriptor> descriptors(layout.replicas * layout.servers.size());
   try {
-    for (std::size_t i = 0; i < layout.servers.size(); ++i) {
-      if (layout.shares[i] == 0) continue;
-      auto reply = link(layout.servers[i]).control->call(MessageType::alloc_segment,
-                                                          {{"name", name}, {"length", layout.shares[i]}});
-      allocated.push_back(layout.servers[i]);
-      descriptors[i] = segment_from(reply, "alloc_segment");
-    }
+    for (std::uint32_t r = 0; r < layout.replicas; ++r)
+      for (std::size_t i = 0; i < layout.servers.size(); ++i) {
+        const auto length = copy_share(layout, r, i);
+        if (length == 0) continue;
+        const auto segment = protocol::segment_name(name, r);
+        auto reply = link(layout.servers[i]).control->call(MessageType::alloc_segment,
+                                                            {{"name", segment}, {"length", length}});
+        allocated.emplace_back(layout.servers[i], segment);
+        descriptors[r * layout.servers.size() + i] = segment_from(reply, "alloc_segment");
+      }
     home.control->call(MessageType::commit_layout, {{"name", name}});
   } catch (const Error& e) {
     // Undo: no half-created buffer may keep the name or the memory.
-    for (const auto& s : allocated) {
+    for (const auto& [server, segment] : allocated) {
       try {
         // Close our handle first: a destroyed segment's memory returns only
         // once no handle is open on it.
-        link(s).control->call(MessageType::close_segment, {{"name", name}});
-        link(s).control->call(MessageType::destroy, {{"name", name}});
+        link(server).control->call(MessageType::close_segment, {{"name", segment}});
+        link(server).control->call(MessageType::destroy, {{"name", segment}});
       } catch (const Error&) {
       }
     }
@@ -169,32 +179,73 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
   return attach(layout, descriptors);
 }
 
+std::uint64_t ClientCore::copy_share(const Layout& layout, std::uint32_t replica, std::size_t server) {
+  const auto n = layout.servers.size();
+  return layout.shares[(server + n - replica % n) % n];
+}
+
 std::shared_ptr<BufferCore> ClientCore::attach(const Layout& layout,
                                                const std::vector<transport::SegmentDescriptor>& descriptors) {
-  std::vector<std::unique_ptr<transport::RemoteSegment>> segments(layout.servers.size());
-  for (std::size_t i = 0; i < layout.servers.size(); ++i) {
-    if (layout.shares[i] == 0) continue;
-    const auto& d = descriptors[i];
-    if (d.length != layout.shares[i])
-      throw Error(Errc::protocol, "server " + layout.servers[i] + ": segment of '" + layout.name + "' is " +
-                                      std::to_string(d.length) + " bytes, its layout says " +
-                                      std::to_string(layout.shares[i]));
-    segments[i] = link(layout.servers[i]).channel->attach(d);
-  }
+  const auto n = layout.servers.size();
+  std::vector<std::unique_ptr<transport::RemoteSegment>> segments(layout.replicas * n);
+  for (std::uint32_t r = 0; r < layout.replicas; ++r)
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto length = copy_share(layout, r, i);
+      const auto& d = descriptors[r * n + i];
+      if (length == 0 || d.length == 0) continue;  // no share, or (replicated) a server that is gone
+      if (d.length != length)
+        throw Error(Errc::protocol, "server " + layout.servers[i] + ": segment of '" + layout.name + "' is " +
+                                        std::to_string(d.length) + " bytes, its layout says " + std::to_string(length));
+      segments[r * n + i] = link(layout.servers[i]).channel->attach(d);
+    }
   return std::make_shared<BufferCore>(shared_from_this(), layout, std::move(segments));
 }
 
 std::shared_ptr<BufferCore> ClientCore::open(std::string_view name_view) {
   const auto layout = info(name_view);
   const std::string& name = layout.name;
-  check_not_lost(layout, "open buffer '" + name + "'");
-  std::vector<transport::SegmentDescriptor> descriptors(layout.servers.size());
-  for (std::size_t i = 0; i < layout.servers.size(); ++i) {
-    if (layout.shares[i] == 0) continue;
-    auto r = link(layout.servers[i]).control->call(MessageType::open_segment, {{"name", name}});
-    descriptors[i] = segment_from(r, "open_segment");
+  const auto n = layout.servers.size();
+  // A replicated buffer opens without the servers that are gone or restarted
+  // empty, as long as every stripe keeps a copy.
+  std::vector<bool> present(n, true);
+  if (layout.replicas == 1) {
+    check_not_lost(layout, "open buffer '" + name + "'");
+  } else {
+    const auto states = check(layout);
+    for (std::size_t i = 0; i < n; ++i) present[i] = states[i] == ShareState::ok;
+    check_copies_left(layout, present, "open buffer '" + name + "'");
   }
+  std::vector<transport::SegmentDescriptor> descriptors(layout.replicas * n);
+  for (std::uint32_t r = 0; r < layout.replicas; ++r)
+    for (std::size_t i = 0; i < n; ++i) {
+      if (copy_share(layout, r, i) == 0 || !present[i]) continue;
+      try {
+        auto reply = link(layout.servers[i]).control->call(MessageType::open_segment,
+                                                            {{"name", protocol::segment_name(name, r)}});
+        descriptors[r * n + i] = segment_from(reply, "open_segment");
+      } catch (const Error& e) {
+        if (layout.replicas == 1 || !is_absence(e)) throw;
+        present[i] = false;
+        check_copies_left(layout, present, "open buffer '" + name + "'");
+      }
+    }
   return attach(layout, descriptors);
+}
+
+void ClientCore::check_copies_left(const Layout& layout, const std::vector<bool>& present, const std::string& context) {
+  const auto n = layout.servers.size();
+  for (std::size_t p = 0; p < n; ++p) {
+    if (layout.shares[p] == 0) continue;
+    bool any = false;
+    std::string where;
+    for (std::uint32_t r = 0; r < layout.replicas; ++r) {
+      any = any || present[(p + r) % n];
+      where += (r == 0 ? "" : ", ") + layout.servers[(p + r) % n];
+    }
+    if (!any)
+      throw Error(Errc::data_lost, context + ": lost: every copy of its stripes on " + where +
+                                       " is gone (servers unreachable or restarted)");
+  }
 }
 
 void ClientCore::destroy(std::string_view name_view) {
@@ -203,14 +254,16 @@ void ClientCore::destroy(std::string_view name_view) {
   auto& home = link(home_of(name));
   auto reply = home.control->call(MessageType::get_layout, {{"name", name}});
   const auto layout = protocol::layout_from_body(reply["layout"], "get_layout");
-  for (std::size_t i = 0; i < layout.servers.size(); ++i) {
-    if (layout.shares[i] == 0 && layout.servers[i] != home_of(name)) continue;
-    try {
-      link(layout.servers[i]).control->call(MessageType::destroy, {{"name", name}});
-    } catch (const Error& e) {
-      if (e.code() != Errc::not_found) throw;
+  for (std::uint32_t r = 0; r < layout.replicas; ++r)
+    for (std::size_t i = 0; i < layout.servers.size(); ++i) {
+      if (copy_share(layout, r, i) == 0) continue;
+      try {
+        link(layout.servers[i]).control->call(MessageType::destroy, {{"name", protocol::segment_name(name, r)}});
+      } catch (const Error& e) {
+        // A replicated buffer's copies on a server that is gone went with it.
+        if (e.code() != Errc::not_found && (layout.replicas == 1 || !is_absence(e))) throw;
+      }
     }
-  }
   try {
     home.control->call(MessageType::destroy, {{"name", name}});  // the record, if home holds no share
   } catch (const Error& e) {

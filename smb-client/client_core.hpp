@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 
 namespace smb {
@@ -31,13 +32,24 @@ struct ServerLink {
     if (!channel->caps().detects_peer_failure && control->peer_closed())
       channel->peer_lost("its control connection closed");
   }
+  bool alive() {
+    check_alive();
+    return !channel->failure();
+  }
 };
+
+// An error that says a server is not there (rather than that it refused).
+bool is_absence(const Error& e);
 }  // namespace client
 
 // Declared in smb::detail by the public header (which names them only as
 // the pimpl of Client and Buffer); libsmb's own code says them unqualified.
 using detail::BufferCore;
 using detail::ClientCore;
+
+namespace client {
+class ServerCalls;
+}
 
 namespace detail {
 
@@ -74,6 +86,14 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void note_unreachable(const std::string& server, const Error& e);
   // Throws Errc::data_lost where a server of `layout` restarted since it was made.
   void check_not_lost(const Layout& layout, const std::string& context);
+  // Throws Errc::data_lost where no copy of some stripes is `present`.
+  static void check_copies_left(const Layout& layout, const std::vector<bool>& present, const std::string& context);
+
+ public:
+  // Bytes copy `replica` of a buffer takes on its server `server` (index into layout.servers).
+  static std::uint64_t copy_share(const Layout& layout, std::uint32_t replica, std::size_t server);
+
+ private:
 
   ClientOptions options_;
   std::string auth_secret_;  // from options_.auth_token_file (protocol/auth.hpp); empty: none
@@ -84,11 +104,14 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::map<std::string, std::string> unreachable_;  // with tolerate_unreachable: server -> why
 };
 
-class BufferCore {
+class BufferCore : public std::enable_shared_from_this<BufferCore> {
  public:
   BufferCore(std::shared_ptr<ClientCore> client, Layout layout,
              std::vector<std::unique_ptr<transport::RemoteSegment>> segments);
   ~BufferCore();
+  // `segments` holds replicas() x servers entries (copy r on server s at
+  // r * servers + s); null where a server holds no share of that copy, or
+  // (with replicas) cannot be reached.
 
   const Layout& layout() const { return layout_; }
   Request write(std::uint64_t offset, std::span<const std::byte> data);
@@ -106,6 +129,47 @@ class BufferCore {
  private:
   std::string describe(const char* op, std::uint64_t offset, std::uint64_t length) const;
   void check_range(const char* op, std::uint64_t offset, std::uint64_t length) const;
+  std::uint32_t replicas() const { return layout_.replicas; }
+  std::uint32_t server_count() const { return static_cast<std::uint32_t>(layout_.servers.size()); }
+  // Copy r of the stripes at position p (a stripe's server in copy 0) lives on this server.
+  std::uint32_t replica_server(std::uint32_t position, std::uint32_t replica) const {
+    return (position + replica) % server_count();
+  }
+  transport::RemoteSegment* segment(std::uint32_t replica, std::uint32_t server) const {
+    return segments_[std::size_t{replica} * server_count() + server].get();
+  }
+  // Whether copy r on `server` can take ops: held there, server alive, not
+  // left behind by its primary (stale_).
+  bool usable(std::uint32_t replica, std::uint32_t server);
+  void mark_stale(std::uint32_t replica, std::uint32_t server, const std::string& why);
+  // The first usable copy of position p's stripes; throws server_gone when none is.
+  std::uint32_t first_usable(std::uint32_t position, const std::string& context);
+  // Replicated buffers (replicated_io.cpp).
+  Request write_replicated(std::uint64_t offset, std::span<const std::byte> data);
+  Request read_replicated(std::uint64_t offset, std::span<std::byte> out);
+  std::uint64_t fetch_add_replicated(std::uint64_t offset, std::uint64_t value);
+  // Vector ops: one part per position (its stripes are contiguous on their server).
+  struct VectorPart {
+    std::uint64_t local_offset = 0;  // first byte of the region in the position's segments
+    std::uint64_t length = 0;
+    std::span<const std::byte> x;     // inline x, in local order: the caller's bytes when one piece,
+    std::vector<std::byte> gathered;  // else gathered here
+  };
+  struct VectorCallArgs {
+    VectorOp op;
+    DType type;
+    double alpha;
+    std::uint64_t chunk;          // bytes per call
+    const BufferCore* source;     // x there (apply_from), else inline or none
+    std::int64_t source_shift;    // source local offset minus target local offset
+  };
+  // Adds the calls of one part on copy `replica`; `orders` (one per call) tags them.
+  void add_vector_calls(client::ServerCalls& calls, const VectorCallArgs& args, std::uint32_t position,
+                        const VectorPart& part, std::uint32_t replica, const std::vector<std::uint64_t>* orders) const;
+  // Whether copy 0 of position p's stripes (on server p) still answers.
+  bool primary_answers(std::uint32_t position);
+  void apply_replicated(const VectorCallArgs& args, const std::map<std::uint32_t, VectorPart>& parts,
+                        const std::function<std::string()>& what);
   protocol::StripeGeometry geometry() const;
   std::vector<protocol::StripePiece> pieces(std::uint64_t offset, std::uint64_t length) const;
   template <class IssuePiece>
@@ -122,8 +186,11 @@ class BufferCore {
   std::shared_ptr<ClientCore> client_;
   Layout layout_;
   std::shared_ptr<const std::string> name_;  // layout_.name, shared with requests' error texts
-  std::vector<std::unique_ptr<transport::RemoteSegment>> segments_;  // per layout server; null: no share
-  std::vector<client::ServerLink*> links_;  // per layout server
+  std::vector<std::string> segment_names_;   // per copy: its segments' name on the servers
+  std::vector<std::unique_ptr<transport::RemoteSegment>> segments_;  // per copy and server; null: none
+  std::vector<client::ServerLink*> links_;  // per layout server; null: unreachable (replicated buffers)
+  std::mutex stale_mutex_;
+  std::set<std::pair<std::uint32_t, std::uint32_t>> stale_;  // (copy, server) left behind by its primary
   std::once_flag closed_;
 };
 
@@ -158,6 +225,9 @@ struct Request::State {
   };
   std::optional<BufferOp> buffer_op;
   std::vector<client::ServerLink*> links;  // the servers the request involves
+  // Requests made of others (replicated buffers): drives them instead, with
+  // wait = true until done; returns whether done; throws on failure.
+  std::function<bool(bool wait)> composite;
 
   std::string describe() const;
 };

@@ -60,9 +60,12 @@ std::uint64_t BufferCore::version() { return least_of(server_versions()); }
 
 std::vector<std::uint64_t> BufferCore::server_versions() {
   client::ServerCalls calls(client_, [name = name_] { return "buffer '" + *name + "': version"; });
-  for (std::size_t i = 0; i < layout_.servers.size(); ++i)
-    if (layout_.shares[i] != 0)  // a server busy with an op answers when it ends, within the client's timeout
-      calls.add_version_call(*links_[i], protocol::VersionCallKind::get, layout_.name, 0, client_->timeout());
+  for (std::uint32_t p = 0; p < server_count(); ++p)
+    if (layout_.shares[p] != 0) {  // a server busy with an op answers when it ends, within the client's timeout
+      const auto r = replicas() == 1 ? 0 : first_usable(p, "buffer '" + layout_.name + "': version");
+      calls.add_version_call(*links_[replica_server(p, r)], protocol::VersionCallKind::get, segment_names_[r], 0,
+                             client_->timeout());
+    }
   return calls.finish_versions();
 }
 
@@ -71,9 +74,12 @@ std::uint64_t BufferCore::wait_version(std::uint64_t version, std::chrono::milli
   client::ServerCalls calls(
       client_, [name = name_, version] { return "buffer '" + *name + "': wait for version " + std::to_string(version); },
       timeout);
-  for (std::size_t i = 0; i < layout_.servers.size(); ++i)
-    if (layout_.shares[i] != 0)
-      calls.add_version_call(*links_[i], protocol::VersionCallKind::wait, layout_.name, version, timeout);
+  for (std::uint32_t p = 0; p < server_count(); ++p)
+    if (layout_.shares[p] != 0) {
+      const auto r = replicas() == 1 ? 0 : first_usable(p, "buffer '" + layout_.name + "': wait for version");
+      calls.add_version_call(*links_[replica_server(p, r)], protocol::VersionCallKind::wait, segment_names_[r], version,
+                             timeout);
+    }
   return least_of(calls.finish_versions());
 }
 

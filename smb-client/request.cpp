@@ -6,6 +6,7 @@ namespace smb {
 
 bool Request::test() {
   if (!state_) throw Error(Errc::invalid_argument, "test() on an empty smb::Request");
+  if (state_->composite) return state_->composite(false);
   if (!state_->completion->done()) state_->client->transport().progress();
   if (!state_->completion->done()) return false;
   try {
@@ -18,6 +19,10 @@ bool Request::test() {
 
 void Request::wait() {
   if (!state_) throw Error(Errc::invalid_argument, "wait() on an empty smb::Request");
+  if (state_->composite) {
+    state_->composite(true);
+    return;
+  }
   if (test()) return;  // most small ops: done when issued
   const transport::PollingThread polling;  // how long progress() polls before yielding
   while (!test()) {

@@ -40,9 +40,9 @@ void ServerCalls::add(ServerLink& link, MessageType type, protocol::Body body, s
 
 void ServerCalls::add_vector_call(ServerLink& link, VectorOp op, DType type, std::uint64_t offset, std::uint64_t count,
                                   double alpha, const std::string& name, std::optional<std::string_view> source,
-                                  std::uint64_t source_offset, std::span<const std::byte> payload) {
+                                  std::uint64_t source_offset, std::span<const std::byte> payload, std::uint64_t order) {
   send(link, MessageType::vector_call,
-       protocol::encode_vector_call(next_request_id(), op, type, offset, count, alpha, name, source, source_offset),
+       protocol::encode_vector_call(next_request_id(), op, type, offset, count, alpha, name, source, source_offset, order),
        payload);
 }
 

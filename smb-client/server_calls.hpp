@@ -33,7 +33,7 @@ class ServerCalls {
   // version: a vector op, a version read or wait, a barrier (version 0).
   void add_vector_call(ServerLink& link, VectorOp op, DType type, std::uint64_t offset, std::uint64_t count,
                        double alpha, const std::string& name, std::optional<std::string_view> source,
-                       std::uint64_t source_offset, std::span<const std::byte> payload);
+                       std::uint64_t source_offset, std::span<const std::byte> payload, std::uint64_t order = 0);
   void add_version_call(ServerLink& link, protocol::VersionCallKind kind, const std::string& name,
                         std::uint64_t version = 0, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   void add_barrier_call(ServerLink& link, const std::string& name, std::uint64_t parties,

@@ -8,20 +8,10 @@
 
 #include "protocol/messages.hpp"
 
+#include <algorithm>
 #include <map>
 
 namespace smb {
-
-namespace {
-
-struct ServerPart {
-  std::uint64_t local_offset = 0;  // first byte of the region in this server's segment
-  std::uint64_t length = 0;
-  std::span<const std::byte> x;    // inline x, in local order: the caller's bytes when one piece,
-  std::vector<std::byte> gathered;  // else gathered here
-};
-
-}  // namespace
 
 void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
                        std::span<const std::byte> data, const BufferCore* source, std::uint64_t source_offset) {
@@ -47,9 +37,9 @@ void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint6
   if (needs_source(op) && source != nullptr) {
     const auto& sl = source->layout();
     const std::uint64_t period = layout_.stripe_unit * layout_.servers.size();
-    if (sl.servers != layout_.servers || sl.stripe_unit != layout_.stripe_unit)
+    if (sl.servers != layout_.servers || sl.stripe_unit != layout_.stripe_unit || sl.replicas != layout_.replicas)
       throw Error(Errc::invalid_argument, what() + ": source buffer '" + sl.name +
-                                              "' is not striped like the target (same servers and stripe unit)");
+                                              "' is not striped like the target (same servers, stripe unit and replicas)");
     if (source_offset > sl.size || bytes > sl.size - source_offset)
       throw Error(Errc::out_of_range, what() + ": source '" + sl.name + "' has no " + std::to_string(bytes) +
                                           " bytes at offset " + std::to_string(source_offset));
@@ -60,9 +50,9 @@ void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint6
     source_shift = delta / static_cast<std::int64_t>(layout_.servers.size());
   }
 
-  std::map<std::uint32_t, ServerPart> parts;
+  std::map<std::uint32_t, VectorPart> parts;  // by position
   for (const auto& p : pieces(offset, bytes)) {
-    auto [it, fresh] = parts.try_emplace(p.server, ServerPart{p.local_offset, 0, {}, {}});
+    auto [it, fresh] = parts.try_emplace(p.server, VectorPart{p.local_offset, 0, {}, {}});
     auto& part = it->second;
     part.length += p.length;
     if (!inline_x) continue;
@@ -76,26 +66,39 @@ void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint6
     part.x = part.gathered;
   }
 
+  // Copies of one part are split alike, so that their calls pair up (replicas).
+  std::uint64_t chunk = UINT64_MAX;
+  if (inline_x)
+    for (auto* link : links_)
+      if (link != nullptr) chunk = std::min<std::uint64_t>(chunk, client::ServerCalls::max_payload(*link) / esize * esize);
+  const VectorCallArgs args{op, type, alpha, chunk, needs_source(op) ? source : nullptr, source_shift};
+  if (replicas() > 1) return apply_replicated(args, parts, what);
   client::ServerCalls calls(client_, what);
-  for (const auto& [server, part] : parts) {
-    auto& link = *links_[server];
-    const std::uint64_t chunk = inline_x ? client::ServerCalls::max_payload(link) / esize * esize : part.length;
-    for (std::uint64_t done = 0; done < part.length; done += chunk) {
-      const std::uint64_t n = std::min(chunk, part.length - done);
-      std::span<const std::byte> x;
-      std::optional<std::string_view> source_name;
-      std::uint64_t source_local = 0;
-      if (inline_x) {
-        x = part.x.subspan(done, n);
-      } else if (needs_source(op)) {
-        source_name = source->layout().name;
-        source_local = static_cast<std::uint64_t>(static_cast<std::int64_t>(part.local_offset + done) + source_shift);
-      }
-      calls.add_vector_call(link, op, type, part.local_offset + done, n / esize, alpha, layout_.name, source_name,
-                            source_local, x);
-    }
-  }
+  for (const auto& [position, part] : parts) add_vector_calls(calls, args, position, part, 0, nullptr);
   calls.finish_versions();
+}
+
+void BufferCore::add_vector_calls(client::ServerCalls& calls, const VectorCallArgs& args, std::uint32_t position,
+                                  const VectorPart& part, std::uint32_t replica,
+                                  const std::vector<std::uint64_t>* orders) const {
+  auto& link = *links_[replica_server(position, replica)];
+  const std::uint64_t esize = element_size(args.type);
+  const std::uint64_t chunk = std::min(args.chunk, part.length);
+  std::size_t k = 0;
+  for (std::uint64_t done = 0; done < part.length; done += chunk, ++k) {
+    const std::uint64_t n = std::min(chunk, part.length - done);
+    std::span<const std::byte> x;
+    std::optional<std::string_view> source_name;
+    std::uint64_t source_local = 0;
+    if (args.source != nullptr) {
+      source_name = args.source->segment_names_[replica];
+      source_local = static_cast<std::uint64_t>(static_cast<std::int64_t>(part.local_offset + done) + args.source_shift);
+    } else if (!part.x.empty()) {
+      x = part.x.subspan(done, n);
+    }
+    calls.add_vector_call(link, args.op, args.type, part.local_offset + done, n / esize, args.alpha,
+                          segment_names_[replica], source_name, source_local, x, orders != nullptr ? orders->at(k) : 0);
+  }
 }
 
 }  // namespace smb

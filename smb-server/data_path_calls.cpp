@@ -69,7 +69,7 @@ void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<c
     if (type == MessageType::vector_call) {
       auto call = protocol::decode_vector_call(body);
       VectorRequest request{std::move(call.name), call.op,     call.type, call.offset, call.count, call.alpha, {},
-                            std::move(call.source), call.source_offset};
+                            std::move(call.source), call.source_offset, call.order};
       if (!request.source) request.data = std::move(payload);
       return run_vector_op(services_, header.type, std::move(request),
                            [reply](protocol::FixedReply answer, bool) { reply(std::move(answer)); });

@@ -68,7 +68,7 @@ transport::SegmentDescriptor Registry::describe(const Segment& s) const {
 
 transport::SegmentDescriptor Registry::alloc_segment(SessionId session, const std::string& name,
                                                      std::uint64_t length) {
-  protocol::validate_name(name);
+  protocol::validate_segment_name(name);
   if (length == 0) throw Error(Errc::invalid_argument, "segment length must be greater than zero");
   auto check = [&] {
     if (by_name_.contains(name))
@@ -300,6 +300,15 @@ std::optional<std::uint64_t> Registry::apply(const VectorRequest& r, bool wait) 
     op_lock.lock();
   else if (!op_lock.try_lock())
     return std::nullopt;
+  if (r.order != 0) {
+    // A replica's copy of an op: exactly after the op its primary applied before it.
+    const auto now = target->version.load();
+    if (now + 1 < r.order) throw OrderGap{r.order - 1};
+    if (now + 1 > r.order)
+      throw Error(Errc::already_exists, what() + ": op order " + std::to_string(r.order) +
+                                            " is taken here (version " + std::to_string(now) +
+                                            "): this replica no longer follows its primary");
+  }
   target->begun.fetch_add(1);
   try {
     apply_vector_op(r.op, r.type, target->base + r.offset, x, r.count, r.alpha);

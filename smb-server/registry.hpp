@@ -61,6 +61,14 @@ struct VectorRequest {
   std::vector<std::uint8_t> data;     // x sent with the request, or
   std::optional<std::string> source;  // x in this server's segment of another buffer
   std::uint64_t source_offset = 0;
+  // 0, or the version this op brings the segment to: a replica's copy of an
+  // op its primary applied, which must follow the op before it (replication).
+  std::uint64_t order = 0;
+};
+
+// Registry::apply: an ordered op arrived before the op it must follow.
+struct OrderGap {
+  std::uint64_t wait_for = 0;  // the version to wait for, then try again
 };
 
 struct ServerStats {

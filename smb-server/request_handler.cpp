@@ -21,7 +21,7 @@ Body segment_body(const transport::SegmentDescriptor& d) {
 VectorRequest RequestHandler::vector_request(const Body& req, transport::Bytes payload) {
   const char* what = "vector_op";
   VectorRequest r;
-  r.name = protocol::get_name(req, "name", what);
+  r.name = protocol::get_segment_name(req, "name", what);
   const auto op = protocol::get_u64(req, "op", what);
   const auto type = protocol::get_u64(req, "dtype", what);
   if (op < 1 || op > static_cast<std::uint64_t>(VectorOp::product))
@@ -34,7 +34,7 @@ VectorRequest RequestHandler::vector_request(const Body& req, transport::Bytes p
   r.count = protocol::get_u64(req, "count", what);
   r.alpha = req.contains("alpha") ? protocol::get_double(req, "alpha", what) : 1.0;
   if (req.contains("source")) {
-    r.source = protocol::get_name(req, "source", what);
+    r.source = protocol::get_segment_name(req, "source", what);
     r.source_offset = protocol::get_u64(req, "source_offset", what);
   } else if (req.contains("data")) {
     r.data = protocol::get_binary(req, "data", what);
@@ -122,21 +122,21 @@ Body RequestHandler::get_layout(SessionId, const Body& req) {
 Body RequestHandler::alloc_segment(SessionId session, const Body& req) {
   const char* what = "alloc_segment";
   return protocol::ok_reply(segment_body(
-      registry_.alloc_segment(session, protocol::get_name(req, "name", what), protocol::get_u64(req, "length", what))));
+      registry_.alloc_segment(session, protocol::get_segment_name(req, "name", what), protocol::get_u64(req, "length", what))));
 }
 
 Body RequestHandler::open_segment(SessionId session, const Body& req) {
   return protocol::ok_reply(
-      segment_body(registry_.open_segment(session, protocol::get_name(req, "name", "open_segment"))));
+      segment_body(registry_.open_segment(session, protocol::get_segment_name(req, "name", "open_segment"))));
 }
 
 Body RequestHandler::close_segment(SessionId session, const Body& req) {
-  registry_.close_segment(session, protocol::get_name(req, "name", "close_segment"));
+  registry_.close_segment(session, protocol::get_segment_name(req, "name", "close_segment"));
   return protocol::ok_reply();
 }
 
 Body RequestHandler::destroy(SessionId, const Body& req) {
-  registry_.destroy(protocol::get_name(req, "name", "destroy"));
+  registry_.destroy(protocol::get_segment_name(req, "name", "destroy"));
   return protocol::ok_reply();
 }
 
@@ -168,7 +168,7 @@ Body RequestHandler::list_layouts(SessionId, const Body& req) {
 }
 
 Body RequestHandler::get_version(SessionId, const Body& req) {
-  return protocol::ok_reply({{"version", registry_.version(protocol::get_name(req, "name", "get_version"))}});
+  return protocol::ok_reply({{"version", registry_.version(protocol::get_segment_name(req, "name", "get_version"))}});
 }
 
 }  // namespace smb::server

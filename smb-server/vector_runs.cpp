@@ -22,6 +22,24 @@ protocol::FixedReply failed(std::uint16_t type) {
   return {error.code, 0, std::move(error.message)};
 }
 
+// An ordered op came before the op it follows: it runs again, on the pool,
+// once the segment's version gets there (or fails at kReplicaGapTimeout).
+void after_gap(Services& s, std::uint16_t type, VectorRequest r, const OrderGap& gap, VectorDone done) {
+  auto request = std::make_shared<VectorRequest>(std::move(r));
+  s.versions.wait(kCallSession, request->name, gap.wait_for, kReplicaGapTimeout,
+                  [&s, type, request, done = std::move(done)](protocol::FixedReply answer) {
+                    if (answer.code != Errc::ok) {
+                      answer.message = "buffer segment '" + request->name + "': op order " +
+                                       std::to_string(request->order) + " waited " +
+                                       std::to_string(kReplicaGapTimeout.count()) +
+                                       " ms for the op before it (its client may have died between replicas): " +
+                                       answer.message;
+                      return done(std::move(answer), false);
+                    }
+                    boost::asio::post(s.workers, [&s, type, request, done] { run_vector_op(s, type, *request, done); });
+                  });
+}
+
 }  // namespace
 
 void run_vector_op(Services& s, std::uint16_t type, VectorRequest r, VectorDone done) {
@@ -29,15 +47,19 @@ void run_vector_op(Services& s, std::uint16_t type, VectorRequest r, VectorDone 
     std::optional<protocol::FixedReply> answer;
     try {
       if (auto version = s.requests.apply(r, /*wait=*/false)) answer = protocol::FixedReply{Errc::ok, *version, {}};
+    } catch (const OrderGap& gap) {
+      return after_gap(s, type, std::move(r), gap, std::move(done));
     } catch (...) {
       answer = failed(type);
     }
     if (answer) return finish(s, r, std::move(*answer), true, done);
   }
-  boost::asio::post(s.workers, [&s, type, r = std::move(r), done = std::move(done)] {
+  boost::asio::post(s.workers, [&s, type, r = std::move(r), done = std::move(done)]() mutable {
     protocol::FixedReply answer;
     try {
       answer = protocol::FixedReply{Errc::ok, *s.requests.apply(r, /*wait=*/true), {}};
+    } catch (const OrderGap& gap) {
+      return after_gap(s, type, std::move(r), gap, std::move(done));
     } catch (...) {
       answer = failed(type);
     }

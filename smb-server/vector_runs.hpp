@@ -7,12 +7,19 @@
 // are woken, from the thread that ran the op.
 #include "message_routes.hpp"
 
+#include <chrono>
 #include <functional>
 
 namespace smb::server {
 
 // Vector ops of at most this many bytes of x run where they arrive.
 inline constexpr std::uint64_t kInlineVectorBytes = 64 * 1024;
+
+// How long a replica's ordered op (VectorRequest::order) waits for the op
+// before it. The client of that op may have died between the primary and
+// this replica: then this replica stays behind, and the op fails with
+// Errc::timeout so that its client stops using the replica (reliability.md).
+inline constexpr std::chrono::milliseconds kReplicaGapTimeout{5000};
 
 // `done` is called exactly once, on the thread that ran the op, with the
 // answer and whether that was the thread the op arrived on (not the pool).

@@ -53,7 +53,15 @@ struct BufferOptions {
   std::uint64_t stripe_unit = 1u << 20;  ///< bytes per stripe, multiple of 8
   /// Servers to stripe over, as "host:port"; empty: all of the client's.
   std::vector<std::string> servers;
+  /// Copies of each stripe, each on a different server (1 to
+  /// min(servers, kMaxReplicas)): writes go to every copy, reads fail over,
+  /// vector ops and fetch_add apply on every copy in one order, so that the
+  /// buffer survives the loss of replicas - 1 servers (docs/reliability.md).
+  std::uint32_t replicas = 1;
 };
+
+/// The most copies of a buffer's stripes (BufferOptions::replicas).
+inline constexpr std::uint32_t kMaxReplicas = 2;
 
 /// Where a buffer's bytes live.
 struct Layout {
@@ -61,10 +69,13 @@ struct Layout {
   std::uint64_t size = 0;
   std::uint64_t stripe_unit = 0;
   std::vector<std::string> servers;     ///< in stripe order
-  std::vector<std::uint64_t> shares;    ///< bytes held by each server
+  std::vector<std::uint64_t> shares;    ///< bytes of the first copy held by each server
   /// Per server, the run of smbd (a random id drawn at its start) that
   /// holds the share: a server that restarted since holds none of it.
   std::vector<std::uint64_t> instances;
+  /// Copies of each stripe: copy r of stripe k lives on server (k + r) mod N,
+  /// in a segment as large as server (k mod N)'s share, at the same offsets.
+  std::uint32_t replicas = 1;
 };
 
 /// How one server of a buffer's layout stands now (Client::check).

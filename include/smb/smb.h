@@ -43,6 +43,10 @@ void smb_client_free(smb_client* client);
 /** stripe_unit: 0 for the default (1 MiB). */
 int smb_buffer_create(smb_client* client, const char* name, uint64_t size,
                       uint64_t stripe_unit, smb_buffer** out);
+/** The same with `replicas` copies of each stripe, each on its own server
+ * (smb::BufferOptions::replicas; 0 or 1: one copy). */
+int smb_buffer_create_replicated(smb_client* client, const char* name, uint64_t size, uint64_t stripe_unit,
+                                 uint32_t replicas, smb_buffer** out);
 int smb_buffer_open(smb_client* client, const char* name, smb_buffer** out);
 int smb_buffer_destroy(smb_client* client, const char* name);
 /** Checkpoints (smb::Client::save / load): writes a consistent snapshot of

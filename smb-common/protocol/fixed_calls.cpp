@@ -31,20 +31,20 @@ std::string_view cut_message(std::string_view message) {
   throw Error(code, std::string(call) + ": " + why);
 }
 
-void check_name_length(std::uint64_t length, const char* call) {
-  if (length == 0 || length > kMaxNameLength)
-    bad(Errc::invalid_argument, "a buffer name must have 1 to " + std::to_string(kMaxNameLength) + " bytes", call);
+void check_name_length(std::uint64_t length, const char* call, std::size_t most = kMaxNameLength) {
+  if (length == 0 || length > most)
+    bad(Errc::invalid_argument, "a buffer name must have 1 to " + std::to_string(most) + " bytes", call);
 }
 
 }  // namespace
 
 Bytes encode_vector_call(std::uint32_t request_id, VectorOp op, DType type, std::uint64_t offset, std::uint64_t count,
                          double alpha, std::string_view name, std::optional<std::string_view> source,
-                         std::uint64_t source_offset) {
+                         std::uint64_t source_offset, std::uint64_t order) {
   const std::size_t source_length = source ? source->size() : 0;
-  if (name.empty() || name.size() > kMaxNameLength || source_length > kMaxNameLength)
-    throw Error(Errc::invalid_argument, "vector_call: a buffer name must have 1 to " +
-                                            std::to_string(kMaxNameLength) + " bytes");
+  if (name.empty() || name.size() > kMaxSegmentNameLength || source_length > kMaxSegmentNameLength)
+    throw Error(Errc::invalid_argument, "vector_call: a segment name must have 1 to " +
+                                            std::to_string(kMaxSegmentNameLength) + " bytes");
   Bytes frame = frame_with_body(kVectorType, request_id, kVectorCallFixedSize + name.size() + source_length);
   std::uint8_t* b = frame.data() + kHeaderSize;
   put_le(b, static_cast<std::uint8_t>(op), 1);
@@ -56,6 +56,7 @@ Bytes encode_vector_call(std::uint32_t request_id, VectorOp op, DType type, std:
   put_le(b + 16, count, 8);
   put_le(b + 24, std::bit_cast<std::uint64_t>(alpha), 8);
   put_le(b + 32, source_offset, 8);
+  put_le(b + 40, order, 8);
   std::memcpy(b + kVectorCallFixedSize, name.data(), name.size());
   if (source_length != 0) std::memcpy(b + kVectorCallFixedSize + name.size(), source->data(), source_length);
   return frame;
@@ -72,8 +73,8 @@ VectorCall decode_vector_call(std::span<const std::uint8_t> body) {
   if (get_le(b + 6, 2) != 0) bad(Errc::protocol, "reserved field is not zero");
   if (body.size() != kVectorCallFixedSize + name_length + source_length)
     bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name lengths");
-  check_name_length(name_length, "vector_call");
-  if (source_length != 0) check_name_length(source_length, "vector_call");
+  check_name_length(name_length, "vector_call", kMaxSegmentNameLength);
+  if (source_length != 0) check_name_length(source_length, "vector_call", kMaxSegmentNameLength);
   if (op < 1 || op > static_cast<std::uint64_t>(VectorOp::product)) bad(Errc::invalid_argument, "unknown op " + std::to_string(op));
   if (type < 1 || type > static_cast<std::uint64_t>(DType::i64))
     bad(Errc::invalid_argument, "unknown dtype " + std::to_string(type));
@@ -84,6 +85,7 @@ VectorCall decode_vector_call(std::span<const std::uint8_t> body) {
   call.count = get_le(b + 16, 8);
   call.alpha = std::bit_cast<double>(get_le(b + 24, 8));
   call.source_offset = get_le(b + 32, 8);
+  call.order = get_le(b + 40, 8);
   const char* names = reinterpret_cast<const char*>(b + kVectorCallFixedSize);
   call.name.assign(names, name_length);
   if (source_length != 0) call.source.emplace(names + name_length, source_length);
@@ -92,9 +94,9 @@ VectorCall decode_vector_call(std::span<const std::uint8_t> body) {
 
 Bytes encode_version_call(std::uint32_t request_id, VersionCallKind kind, std::string_view name,
                           std::uint64_t version, std::uint64_t timeout_ms) {
-  if (name.empty() || name.size() > kMaxNameLength)
-    throw Error(Errc::invalid_argument, "version_call: a buffer name must have 1 to " +
-                                            std::to_string(kMaxNameLength) + " bytes");
+  if (name.empty() || name.size() > kMaxSegmentNameLength)
+    throw Error(Errc::invalid_argument, "version_call: a segment name must have 1 to " +
+                                            std::to_string(kMaxSegmentNameLength) + " bytes");
   Bytes frame = frame_with_body(kVersionType, request_id, kVersionCallFixedSize + name.size());
   std::uint8_t* b = frame.data() + kHeaderSize;
   put_le(b, static_cast<std::uint8_t>(kind), 1);
@@ -117,7 +119,7 @@ VersionCall decode_version_call(std::span<const std::uint8_t> body) {
   if (get_le(b + 1, 1) != 0 || get_le(b + 4, 4) != 0) bad(Errc::protocol, "reserved field is not zero", kCall);
   if (body.size() != kVersionCallFixedSize + name_length)
     bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name length", kCall);
-  check_name_length(name_length, kCall);
+  check_name_length(name_length, kCall, kMaxSegmentNameLength);
   if (kind != static_cast<std::uint64_t>(VersionCallKind::get) && kind != static_cast<std::uint64_t>(VersionCallKind::wait))
     bad(Errc::invalid_argument, "unknown kind " + std::to_string(kind), kCall);
   VersionCall call;

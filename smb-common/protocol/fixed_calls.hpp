@@ -7,13 +7,18 @@
 // MessagePack (messages.hpp).
 //
 //   vector_call  = op u8 | dtype u8 | name_length u16 | source_length u16 | 0 u16
-//                  | offset u64 | count u64 | alpha f64 | source_offset u64
+//                  | offset u64 | count u64 | alpha f64 | source_offset u64 | order u64
 //                  | name | source name (absent when source_length is 0)
 //   version_call = kind u8 (1 get, 2 wait) | 0 u8 | name_length u16 | 0 u32
 //                  | version u64 | timeout_ms u64 | name
 //   barrier_call = parties u64 | timeout_ms u64 | session u64 | name_length u16
 //                  | 0 u16 | 0 u32 | name
 //   reply (all)  = errc u32 (0: done) | message_length u32 | version u64 | message
+//
+// Names are segment names (messages.hpp: a buffer's name, or a replica's).
+// A vector call's order is 0, or the version the op must bring the segment
+// to: a replica applies it only right after the op before it in that order
+// (docs/reliability.md, "Replication").
 //
 // Little endian, after the usual 16-byte frame header; a vector op's x
 // travels as the call's raw payload. Decoding checks every length and range
@@ -31,7 +36,7 @@
 
 namespace smb::protocol {
 
-inline constexpr std::size_t kVectorCallFixedSize = 40;
+inline constexpr std::size_t kVectorCallFixedSize = 48;
 inline constexpr std::size_t kVersionCallFixedSize = 24;
 inline constexpr std::size_t kBarrierCallFixedSize = 32;
 inline constexpr std::size_t kFixedReplySize = 16;
@@ -45,12 +50,13 @@ struct VectorCall {
   std::string name;
   std::optional<std::string> source;  // x in another buffer's segment here, else in the payload
   std::uint64_t source_offset = 0;
+  std::uint64_t order = 0;  // 0: apply in arrival order; else the version this op brings the segment to
 };
 
 // The whole frame (header included).
 Bytes encode_vector_call(std::uint32_t request_id, VectorOp op, DType type, std::uint64_t offset, std::uint64_t count,
                          double alpha, std::string_view name, std::optional<std::string_view> source = std::nullopt,
-                         std::uint64_t source_offset = 0);
+                         std::uint64_t source_offset = 0, std::uint64_t order = 0);
 // The body after the frame header.
 VectorCall decode_vector_call(std::span<const std::uint8_t> body);
 

@@ -16,6 +16,7 @@ Body layout_to_body(const Layout& layout) {
             {"servers", layout.servers},
             {"shares", layout.shares}};
   if (!layout.instances.empty()) body["instances"] = layout.instances;
+  if (layout.replicas != 1) body["replicas"] = layout.replicas;
   return body;
 }
 
@@ -58,6 +59,14 @@ Layout layout_from_body(const Body& body, std::string_view what) {
       if (!id.is_number_unsigned()) throw Error(Errc::protocol, std::string(what) + ": layout instance is not a number");
       l.instances.push_back(id.get<std::uint64_t>());
     }
+  }
+  if (body.contains("replicas")) {
+    const auto replicas = get_u64(body, "replicas", what);
+    if (replicas < 1 || replicas > kMaxReplicas || replicas > l.servers.size())
+      throw Error(Errc::protocol, std::string(what) + ": layout has " + std::to_string(replicas) + " replicas over " +
+                                      std::to_string(l.servers.size()) + " server(s) (1 to " +
+                                      std::to_string(kMaxReplicas) + ", at most one per server)");
+    l.replicas = static_cast<std::uint32_t>(replicas);
   }
   auto sorted = l.servers;
   std::sort(sorted.begin(), sorted.end());

@@ -191,6 +191,28 @@ void validate_name(std::string_view name) {
   }
 }
 
+std::string segment_name(std::string_view name, std::uint32_t replica) {
+  std::string out(name);
+  if (replica != 0) out += "#r" + std::to_string(replica);
+  return out;
+}
+
+void validate_segment_name(std::string_view name) {
+  const auto mark = name.find('#');
+  if (mark == std::string_view::npos) return validate_name(name);
+  const auto suffix = name.substr(mark);
+  if (suffix.size() != 3 || suffix[1] != 'r' || suffix[2] < '1' || suffix[2] > '9')
+    throw Error(Errc::invalid_argument,
+                "segment name " + util::quoted(name) + " must be a buffer name, or one followed by #r1 to #r9");
+  validate_name(name.substr(0, mark));
+}
+
+std::string get_segment_name(const Body& body, const char* field, std::string_view what) {
+  auto name = get_string(body, field, what);
+  validate_segment_name(name);
+  return name;
+}
+
 Body ok_reply(Body fields) {
   fields["ok"] = true;
   return fields;

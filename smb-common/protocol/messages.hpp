@@ -29,6 +29,9 @@ inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::uint32_t kMaxBodySize = 1u << 20;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 inline constexpr std::size_t kMaxNameLength = 200;
+// Segment names: a buffer's name for its first copy, "NAME#rK" for replica
+// K >= 1 ('#' is outside buffer names, so no buffer can take a replica's).
+inline constexpr std::size_t kMaxSegmentNameLength = kMaxNameLength + 8;
 // Deepest nesting a body may have: ours are a map holding arrays or maps at
 // most three levels down. Checked before anything recurses (decode_body).
 inline constexpr std::size_t kMaxBodyDepth = 16;
@@ -96,6 +99,12 @@ inline Body binary(Bytes bytes) { return Body::binary(std::move(bytes)); }
 
 // Buffer names: 1-200 characters of [A-Za-z0-9._:/@+-_]. Throws invalid_argument.
 void validate_name(std::string_view name);
+
+// The segment holding replica `replica` of buffer `name` on a server.
+std::string segment_name(std::string_view name, std::uint32_t replica);
+// A buffer name, or one with a replica suffix "#r1" to "#r9". Throws invalid_argument.
+void validate_segment_name(std::string_view name);
+std::string get_segment_name(const Body& body, const char* field, std::string_view what);
 
 Body ok_reply(Body fields = Body::object());
 // True for a reply whose "ok" is true.

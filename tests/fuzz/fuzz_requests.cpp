@@ -10,14 +10,17 @@
 // is those bytes (header included) and whose payload is the rest of a split.
 // Each input starts from a fresh daemon state. Findings: a crash, a
 // sanitizer report, a request answered twice, or one never answered that
-// cannot be waiting (everything but wait_version, lock and barrier).
+// cannot be waiting (everything but wait_version, lock, barrier and a
+// vector call with an order).
 #include "control_server.hpp"
 #include "memory_pool.hpp"
 #include "registry.hpp"
+#include "protocol/fixed_calls.hpp"
 #include "transport/ucx/ucx_server.hpp"
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -107,8 +110,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       transport::Bytes frame(bytes.begin(), bytes.end() - static_cast<std::ptrdiff_t>(split));
       transport::Bytes payload(bytes.end() - static_cast<std::ptrdiff_t>(split), bytes.end());
       const auto call_type = frame.size() >= 8 ? static_cast<std::uint16_t>(frame[6] | frame[7] << 8) : 0;
+      // A vector call with an order waits for the op before it (a copy following its primary).
+      const bool ordered = call_type == static_cast<std::uint16_t>(MessageType::vector_call) &&
+                           frame.size() >= protocol::kHeaderSize + protocol::kVectorCallFixedSize &&
+                           std::any_of(frame.begin() + protocol::kHeaderSize + 40,  // the order field
+                                       frame.begin() + protocol::kHeaderSize + 48, [](auto b) { return b != 0; });
       auto counted = answers.add(call_type != static_cast<std::uint16_t>(MessageType::version_call) &&
-                                 call_type != static_cast<std::uint16_t>(MessageType::barrier_call));
+                                 call_type != static_cast<std::uint16_t>(MessageType::barrier_call) && !ordered);
       control.serve_call(std::move(frame), std::move(payload), [counted](transport::Bytes) { counted(); });
     }
     // Let the io thread's and the worker pool's work finish before the next request.

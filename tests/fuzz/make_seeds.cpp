@@ -41,7 +41,7 @@ Bytes body(const Body& b) { return Body::to_msgpack(b); }
 std::uint16_t type_of(MessageType t) { return static_cast<std::uint16_t>(t); }
 
 Layout layout(const std::string& name, std::uint64_t size, std::uint64_t unit, std::vector<std::string> servers) {
-  Layout l{name, size, unit, std::move(servers), {}, {}};
+  Layout l{name, size, unit, std::move(servers), {}, {}, 1};
   protocol::StripeGeometry g{size, unit, static_cast<std::uint32_t>(l.servers.size())};
   for (std::uint32_t i = 0; i < g.servers; ++i) l.shares.push_back(g.share(i));
   return l;
@@ -93,6 +93,9 @@ void layout_seeds() {
   write("fuzz_layout", "three-servers",
         body(protocol::layout_to_body(layout("b/c@d", 3 * 4096 + 17 * 8, 4096, {"10.0.0.1:1", "10.0.0.2:2", "h:3"}))));
   write("fuzz_layout", "ipv6", body(protocol::layout_to_body(layout("v6", 8, 8, {"[::1]:7000"}))));
+  auto two_copies = layout("copies", 6 * 4096, 4096, {"10.0.0.1:1", "10.0.0.2:2", "10.0.0.3:3"});
+  two_copies.replicas = 2;
+  write("fuzz_layout", "two-copies", body(protocol::layout_to_body(two_copies)));
 }
 
 void data_channel_seeds() {
@@ -142,6 +145,15 @@ void request_seeds() {
   record(calls, 1, 0, protocol::encode_barrier_call(12, "b", 2, 5, 1));
   record(calls, 1, 0, protocol::encode_barrier_call(13, "b", 2, 5, 2));
   write("fuzz_requests", "calls-and-locks", calls);
+  // A second copy's segment and ordered ops on it: one in turn, one ahead of it, one taken.
+  Bytes ordered;
+  record(ordered, 0, type_of(MessageType::hello), body(reqs[0].second));
+  record(ordered, 0, type_of(MessageType::alloc_segment), body({{"name", "w#r1"}, {"length", 4096}}));
+  for (std::uint64_t order : {1, 3, 2, 2})
+    record(ordered, 1, 0,
+           protocol::encode_vector_call(static_cast<std::uint32_t>(20 + order), smb::VectorOp::scale, smb::DType::f32,
+                                        0, 4, 2.0, "w#r1", std::nullopt, 0, order));
+  write("fuzz_requests", "ordered-copies", ordered);
 }
 
 }  // namespace

@@ -63,6 +63,23 @@ TEST_P(CApiTest, RoundTripAtomicsVectorOpsAndCoordination) {
   smb_client_free(client);
 }
 
+TEST_P(CApiTest, ReplicatedBuffersKeepTheirBytesWithoutAServer) {
+  if (server_count() < 2) GTEST_SKIP() << "two copies need two servers; the 3-server fabrics run this";
+  smb_client* client = nullptr;
+  ASSERT_EQ(smb_client_connect(server_list().c_str(), 5000, &client), 0) << smb_last_error();
+  smb_buffer* buffer = nullptr;
+  EXPECT_EQ(smb_buffer_create_replicated(client, "c-rep", 3 * 4096, 4096, 9, &buffer), SMB_EINVAL);
+  ASSERT_EQ(smb_buffer_create_replicated(client, "c-rep", 3 * 4096, 4096, 2, &buffer), SMB_OK) << smb_last_error();
+  std::vector<std::uint8_t> data(3 * 4096), got(data.size());
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 7);
+  ASSERT_EQ(smb_write(buffer, 0, data.data(), data.size()), SMB_OK) << smb_last_error();
+  server(2).kill();
+  ASSERT_EQ(smb_read(buffer, 0, got.data(), got.size()), SMB_OK) << smb_last_error();
+  EXPECT_EQ(got, data);
+  smb_buffer_close(buffer);
+  smb_client_free(client);
+}
+
 // Every handle, name and out-pointer may be NULL: SMB_EINVAL naming the
 // argument, never a crash (smb_buffer_create(c, NULL, ...) segfaulted before).
 TEST_P(CApiTest, NullArgumentsAreEinval) {

@@ -93,4 +93,50 @@ TEST_F(HostileCallsTest, ABarrierMetByCallsAnswersEveryParty) {
   EXPECT_EQ(alone.code, Errc::timeout) << alone.message;
 }
 
+// Ordered vector calls (a copy following its primary, VectorRequest::order):
+// an op runs only right after the op before it; one whose place is taken is
+// refused; one whose predecessor never comes gives up after the gap timeout.
+// Segment names with a copy suffix are checked.
+TEST_F(HostileCallsTest, OrderedCallsRunInTheirOrderAndGapsTimeOut) {
+  test::RawConnection raw(server_->address());
+  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::hello), 1, {{"client", "ordered"}, {"transport", "ucx"}}));
+  ASSERT_TRUE(raw.receive());
+  const auto alloc = [&](const std::string& name) {
+    raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::alloc_segment), 2,
+                                 {{"name", name}, {"length", 64}}));
+    auto reply = raw.receive();
+    return reply ? reply->body : nlohmann::json();
+  };
+  for (const char* bad : {"w#r0", "w#q1", "w#r12", "#r1", "w#r1#r1"})
+    EXPECT_EQ(alloc(bad).value("errc", 0), static_cast<int>(Errc::invalid_argument)) << bad;
+  ASSERT_TRUE(alloc("w#r1").value("ok", false)) << server_->log();
+
+  const auto scale = [](std::uint32_t id, std::uint64_t order) {
+    return encode_vector_call(id, VectorOp::scale, DType::f32, 0, 16, 2, "w#r1", std::nullopt, 0, order);
+  };
+  EXPECT_EQ(call(MessageType::vector_call, scale(1, 1)).version, 1u);
+  expect_refused(MessageType::vector_call, scale(2, 1), Errc::already_exists, "an order already taken");
+  // Order 3 before order 2: it waits, and runs once 2 did.
+  Bytes later_reply;
+  auto later = std::make_shared<transport::Completion>();
+  later->expect();
+  const auto later_frame = scale(3, 3);
+  channel_->call(later_frame, {}, &later_reply, later);
+  for (auto until = std::chrono::steady_clock::now() + 200ms; std::chrono::steady_clock::now() < until;)
+    transport_->progress();
+  EXPECT_FALSE(later->done()) << "order 3 ran before order 2";
+  EXPECT_EQ(call(MessageType::vector_call, scale(4, 2)).version, 2u);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!later->done() && std::chrono::steady_clock::now() < deadline) transport_->progress();
+  ASSERT_TRUE(later->done());
+  EXPECT_EQ(decode_fixed_reply(MessageType::vector_call, later_reply).version, 3u);
+  // Order 9 after 3: its predecessors never come.
+  const auto start = std::chrono::steady_clock::now();
+  const auto gap = call(MessageType::vector_call, scale(5, 9));
+  EXPECT_EQ(gap.code, Errc::timeout) << gap.message;
+  EXPECT_NE(gap.message.find("op order 9"), std::string::npos) << gap.message;
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 4s);
+  EXPECT_EQ(call(MessageType::vector_call, scale(6, 0)).version, 4u) << "an unordered op after the gap";
+}
+
 }  // namespace

@@ -39,6 +39,11 @@ TEST(FixedCalls, VectorCallRoundTrips) {
   ASSERT_TRUE(call.source.has_value());
   EXPECT_EQ(*call.source, "delta");
   EXPECT_EQ(call.source_offset, 8192u);
+  EXPECT_EQ(call.order, 0u);
+  EXPECT_EQ(decode_vector_call(body_of(encode_vector_call(1, VectorOp::scale, DType::f32, 0, 1, 2, "y#r1", std::nullopt, 0,
+                                                          77)))
+                .order,
+            77u);
   EXPECT_FALSE(decode_vector_call(body_of(encode_vector_call(1, VectorOp::scale, DType::f32, 0, 1, 2, "y"))).source);
 }
 
@@ -112,7 +117,8 @@ TEST(FixedCalls, MalformedBodiesAreRefused) {
   vbody[0] = 3;
   EXPECT_EQ(code_of([&] { decode_version_call(vbody); }), Errc::invalid_argument);  // unknown kind
   EXPECT_EQ(code_of([&] { decode_version_call(std::span(vbody).first(10)); }), Errc::protocol);
-  EXPECT_EQ(code_of([] { encode_vector_call(1, VectorOp::accumulate, DType::f32, 0, 1, 1, std::string(201, 'n')); }),
+  const std::string too_long(kMaxSegmentNameLength + 1, 'n');
+  EXPECT_EQ(code_of([&] { encode_vector_call(1, VectorOp::accumulate, DType::f32, 0, 1, 1, too_long); }),
             Errc::invalid_argument);
 }
 

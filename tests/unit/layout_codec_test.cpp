@@ -15,7 +15,7 @@ namespace proto = smb::protocol;
 using smb::Errc;
 
 smb::Layout sample_layout() {
-  smb::Layout l{"weights.v1", 10 * 4096 + 5, 4096, {"127.0.0.1:7000", "127.0.0.1:7001", "10.0.0.2:7000"}, {}, {}};
+  smb::Layout l{"weights.v1", 10 * 4096 + 5, 4096, {"127.0.0.1:7000", "127.0.0.1:7001", "10.0.0.2:7000"}, {}, {}, 1};
   const proto::StripeGeometry g{l.size, l.stripe_unit, 3};
   for (std::uint32_t i = 0; i < 3; ++i) l.shares.push_back(g.share(i));
   return l;
@@ -112,7 +112,7 @@ TEST(LayoutCodec, RejectsGeometryThatDoesNotAddUp) {
 }
 
 TEST(LayoutCodec, RejectsTooManyServers) {
-  smb::Layout l{"big", proto::kMaxServersPerBuffer + 1, 8, {}, {}, {}};
+  smb::Layout l{"big", proto::kMaxServersPerBuffer + 1, 8, {}, {}, {}, 1};
   proto::StripeGeometry g{l.size, 8, static_cast<std::uint32_t>(proto::kMaxServersPerBuffer + 1)};
   for (std::uint32_t i = 0; i < g.servers; ++i) {
     l.servers.push_back("10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1) + ":7000");
@@ -150,7 +150,7 @@ TEST(LayoutCodec, HomeServerIsStableAndInRange) {
 // multiple of 8, shares a server could hold, distinct servers.
 TEST(LayoutCodec, RejectsLayoutsNoClientBuilds) {
   auto with = [](std::uint64_t size, std::uint64_t unit, std::vector<std::string> servers) {
-    smb::Layout l{"forged", size, unit, std::move(servers), {}, {}};
+    smb::Layout l{"forged", size, unit, std::move(servers), {}, {}, 1};
     const proto::StripeGeometry g{size, unit, static_cast<std::uint32_t>(l.servers.size())};
     for (std::uint32_t i = 0; i < g.servers; ++i) l.shares.push_back(g.share(i));
     return proto::layout_to_body(l);

@@ -52,6 +52,7 @@ BenchBuffer::BenchBuffer(Client& client, const Options& options)
     : client_(client), name_(options.name), temporary_(options.name.empty()), keep_(options.keep) {
   BufferOptions buffer_options;
   if (options.stripe_unit != 0) buffer_options.stripe_unit = options.stripe_unit;
+  buffer_options.replicas = options.replicas;
   if (temporary_) {
     name_ = temporary_name();
     buffer_ = client.create(name_, options.size, buffer_options);

@@ -97,6 +97,9 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
       ->check(CLI::Range(1u, 1000000u));
   app.add_option("--stripe-unit", stripe_unit, "stripe unit of a created buffer (default: libsmb's)")
       ->check(size_validator);
+  app.add_option("--replicas", o.replicas,
+                 "copies of each stripe of a created buffer, each on its own server (default 1)")
+      ->check(CLI::Range(1u, smb::kMaxReplicas));
   app.add_flag("--verify", o.verify, "write or check the verification pattern (exit 1 on a mismatch)");
   app.add_flag("--keep", o.keep, "keep the temporary buffer (its name is printed)");
   app.add_flag("--register", o.register_memory,

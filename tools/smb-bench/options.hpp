@@ -24,6 +24,7 @@ struct Options {
   std::uint32_t threads = 1;
   std::uint32_t parties = 0;           // barrier: processes x threads meeting (0: --threads)
   std::uint64_t stripe_unit = 0;       // for a created buffer; 0: libsmb's default
+  std::uint32_t replicas = 1;          // copies of each stripe of a created buffer
   DType dtype = DType::f32;            // vector ops
   double value = 1.0;                  // every element of x
   double alpha = 1.0;                  // axpy's a

@@ -75,6 +75,7 @@ void print_json(std::ostream& out, Report& r) {
       {"temporary", r.temporary},
       {"kept", !r.temporary || o.keep},
       {"stripe_unit", r.stripe_unit},
+      {"replicas", r.replicas},
       {"servers", r.servers},
       {"paths", r.paths},
   };
@@ -96,7 +97,8 @@ void print_human(std::ostream& out, Report& r) {
   const Options& o = r.options;
   out << op_name(o.op) << " on '" << r.name << "'" << (r.temporary ? " (temporary)" : "")
       << (r.created ? ", created" : "") << ": " << util::format_bytes(o.size) << " over " << r.servers
-      << " server(s), stripe unit " << util::format_bytes(r.stripe_unit) << '\n';
+      << " server(s), stripe unit " << util::format_bytes(r.stripe_unit)
+      << (r.replicas > 1 ? ", " + std::to_string(r.replicas) + " copies" : std::string()) << '\n';
   if (o.op == Op::fetch_add || o.op == Op::compare_swap)
     out << "  " << o.iters << " " << op_name(o.op) << "(s) per thread, " << o.threads << " thread(s)\n";
   else if (o.op == Op::notify)

@@ -17,6 +17,7 @@ struct Report {
   bool created = false;                // the buffer was created by this run
   bool temporary = false;
   std::uint64_t stripe_unit = 0;
+  std::uint32_t replicas = 1;
   std::size_t servers = 0;             // servers the buffer is striped over
   std::vector<std::string> paths;      // Client::describe_paths()
   PhaseResult phase;                   // the timed phase

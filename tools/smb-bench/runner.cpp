@@ -98,6 +98,7 @@ Report run_benchmark(Client& client, const Options& options) {
   report.temporary = bench.temporary();
   const Layout& layout = bench.buffer().layout();
   report.stripe_unit = layout.stripe_unit;
+  report.replicas = layout.replicas;
   report.servers = layout.servers.size();
   if (options.op == Op::fetch_add)
     run_fetch_add_phase(bench, options, report);

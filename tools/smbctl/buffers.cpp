@@ -11,18 +11,55 @@
 namespace smb::smbctl {
 namespace {
 
+// Server of copy r of the stripes at position p (their server in copy 0).
+std::size_t copy_server(const Layout& layout, std::size_t position, std::uint32_t replica) {
+  return (position + replica) % layout.servers.size();
+}
+
+// Bytes server i holds over all copies.
+std::uint64_t held_by(const Layout& layout, std::size_t server) {
+  const auto n = layout.servers.size();
+  std::uint64_t bytes = 0;
+  for (std::uint32_t r = 0; r < layout.replicas; ++r) bytes += layout.shares[(server + n - r % n) % n];
+  return bytes;
+}
+
+// "ok", "degraded" (a copy gone, another left) or "lost" (every copy gone).
+std::string position_state(const Layout& layout, const std::vector<ShareState>& states, std::size_t position) {
+  std::uint32_t ok = 0;
+  for (std::uint32_t r = 0; r < layout.replicas; ++r) ok += states[copy_server(layout, position, r)] == ShareState::ok;
+  return ok == layout.replicas ? "ok" : ok > 0 ? "degraded" : "lost";
+}
+
 nlohmann::json to_json(const Layout& layout, const std::vector<ShareState>& states) {
   auto servers = nlohmann::json::array();
   for (std::size_t i = 0; i < layout.servers.size(); ++i) {
     const std::uint64_t share = i < layout.shares.size() ? layout.shares[i] : 0;
-    servers.push_back({{"address", layout.servers[i]}, {"share", share}, {"state", share_state_name(states[i])}});
+    servers.push_back({{"address", layout.servers[i]},
+                       {"share", share},
+                       {"holds", held_by(layout, i)},
+                       {"state", share_state_name(states[i])}});
+  }
+  auto stripes = nlohmann::json::array();
+  for (std::size_t p = 0; p < layout.servers.size(); ++p) {
+    auto copies = nlohmann::json::array();
+    for (std::uint32_t r = 0; r < layout.replicas; ++r) {
+      const auto s = copy_server(layout, p, r);
+      copies.push_back({{"address", layout.servers[s]}, {"state", share_state_name(states[s])}});
+    }
+    stripes.push_back({{"position", p},
+                       {"share", layout.shares[p]},
+                       {"state", position_state(layout, states, p)},
+                       {"copies", std::move(copies)}});
   }
   return {{"name", layout.name},
           {"size", layout.size},
           {"stripe_unit", layout.stripe_unit},
           {"server_count", layout.servers.size()},
+          {"replicas", layout.replicas},
           {"state", buffer_state(layout, states)},
-          {"servers", std::move(servers)}};
+          {"servers", std::move(servers)},
+          {"stripes", std::move(stripes)}};
 }
 
 nlohmann::json unreachable_json(const std::map<std::string, std::string>& unreachable) {
@@ -31,9 +68,28 @@ nlohmann::json unreachable_json(const std::map<std::string, std::string>& unreac
   return list;
 }
 
+// A replicated buffer is lost only where every copy of some stripes is gone.
+std::string replicated_state(const Layout& layout, const std::vector<ShareState>& states) {
+  std::string lost, gone;
+  for (std::size_t p = 0; p < layout.servers.size(); ++p) {
+    if (layout.shares[p] == 0 || position_state(layout, states, p) != "lost") continue;
+    std::string where;
+    for (std::uint32_t r = 0; r < layout.replicas; ++r)
+      where += (r == 0 ? "" : " and ") + layout.servers[copy_server(layout, p, r)];
+    lost += (lost.empty() ? "" : "; ") + where;
+  }
+  if (!lost.empty()) return "lost: every copy of its stripes on " + lost + " is gone (unreachable or restarted)";
+  for (std::size_t i = 0; i < states.size(); ++i)
+    if (states[i] != ShareState::ok)
+      gone += (gone.empty() ? "" : ", ") + layout.servers[i] + " " + share_state_name(states[i]);
+  if (!gone.empty()) return "degraded: copies on " + gone + "; every stripe keeps a copy";
+  return "ok";
+}
+
 }  // namespace
 
 std::string buffer_state(const Layout& layout, const std::vector<ShareState>& states) {
+  if (layout.replicas > 1) return replicated_state(layout, states);
   std::size_t unreachable = 0;
   std::string restarted;
   for (std::size_t i = 0; i < states.size(); ++i) {
@@ -105,17 +161,36 @@ bool show_info(Client& client, const std::string& name, bool json) {
             << "stripe unit:  " << util::format_bytes(layout.stripe_unit) << " (" << layout.stripe_unit
             << " bytes)\n"
             << "servers:      " << layout.servers.size() << " (stripe i on server i mod "
-            << layout.servers.size() << ")\n"
-            << "state:        " << buffer_state(layout, states) << '\n';
-  Table table({"#", "SERVER", "SHARE", "STATE"});
+            << layout.servers.size() << ")\n";
+  if (layout.replicas > 1)
+    std::cout << "replicas:     " << layout.replicas << " (copy r of stripe i on server (i + r) mod "
+              << layout.servers.size() << ")\n";
+  std::cout << "state:        " << buffer_state(layout, states) << '\n';
+  Table table({"#", "SERVER", layout.replicas > 1 ? "HOLDS" : "SHARE", "STATE"});
   table.align_right(0);
   table.align_right(2);
-  for (std::size_t i = 0; i < layout.servers.size(); ++i) {
-    const std::uint64_t share = i < layout.shares.size() ? layout.shares[i] : 0;
-    table.add_row({std::to_string(i), layout.servers[i], bytes_with_percent(share, layout.size),
+  for (std::size_t i = 0; i < layout.servers.size(); ++i)
+    table.add_row({std::to_string(i), layout.servers[i], bytes_with_percent(held_by(layout, i), layout.size),
                    share_state_name(states[i])});
-  }
   table.print(std::cout, "  ");
+  if (layout.replicas > 1) {
+    std::cout << "stripes:\n";
+    std::vector<std::string> head{"#", "SHARE", "STATE"};
+    for (std::uint32_t r = 0; r < layout.replicas; ++r) head.push_back("COPY " + std::to_string(r));
+    Table stripes(head);
+    stripes.align_right(0);
+    stripes.align_right(1);
+    for (std::size_t p = 0; p < layout.servers.size(); ++p) {
+      std::vector<std::string> row{std::to_string(p), bytes_with_percent(layout.shares[p], layout.size),
+                                   position_state(layout, states, p)};
+      for (std::uint32_t r = 0; r < layout.replicas; ++r) {
+        const auto s = copy_server(layout, p, r);
+        row.push_back(layout.servers[s] + " " + share_state_name(states[s]));
+      }
+      stripes.add_row(row);
+    }
+    stripes.print(std::cout, "  ");
+  }
   return buffer_state(layout, states) != "ok";
 }
 

@@ -271,16 +271,17 @@ class Client:
     def servers(self):
         return list(self._c.servers)
 
-    def create(self, name, size, stripe_unit=1 << 20, servers=None):
-        """Creates buffer `name` of `size` bytes, striped over `servers` (default: all)."""
-        return Buffer(self, self._c.create(name, size, stripe_unit, _servers(servers)))
+    def create(self, name, size, stripe_unit=1 << 20, servers=None, replicas=1):
+        """Creates buffer `name` of `size` bytes, striped over `servers` (default: all), with
+        `replicas` copies of each stripe on distinct servers (2: survives the loss of a server)."""
+        return Buffer(self, self._c.create(name, size, stripe_unit, _servers(servers), replicas))
 
     def open(self, name):
         return Buffer(self, self._c.open(name))
 
-    def open_or_create(self, name, size, stripe_unit=1 << 20, servers=None):
+    def open_or_create(self, name, size, stripe_unit=1 << 20, servers=None, replicas=1):
         """Opens `name`, or creates it if nobody has (race-free between processes)."""
-        return Buffer(self, self._c.open_or_create(name, size, stripe_unit, _servers(servers)))
+        return Buffer(self, self._c.open_or_create(name, size, stripe_unit, _servers(servers), replicas))
 
     def destroy(self, name):
         self._c.destroy(name)

@@ -225,8 +225,8 @@ void bind_client(py::module_& m) {
            py::arg("auth_token_file"))
       .def("create",
            [](Client& c, const std::string& name, std::uint64_t size, std::uint64_t stripe_unit,
-              std::vector<std::string> servers) {
-             BufferOptions o{stripe_unit, std::move(servers)};
+              std::vector<std::string> servers, std::uint32_t replicas) {
+             BufferOptions o{stripe_unit, std::move(servers), replicas};
              py::gil_scoped_release nogil;
              return c.create(name, size, o);
            })
@@ -237,8 +237,8 @@ void bind_client(py::module_& m) {
            })
       .def("open_or_create",
            [](Client& c, const std::string& name, std::uint64_t size, std::uint64_t stripe_unit,
-              std::vector<std::string> servers) {
-             BufferOptions o{stripe_unit, std::move(servers)};
+              std::vector<std::string> servers, std::uint32_t replicas) {
+             BufferOptions o{stripe_unit, std::move(servers), replicas};
              py::gil_scoped_release nogil;
              return c.open_or_create(name, size, o);
            })
@@ -257,7 +257,7 @@ void bind_client(py::module_& m) {
               std::vector<std::string> servers) {
              // stripe unit 0 and no servers: where the checkpoint says, on all of the client's servers
              std::optional<BufferOptions> o;
-             if (stripe_unit != 0 || !servers.empty()) o = BufferOptions{stripe_unit ? stripe_unit : (1u << 20), std::move(servers)};
+             if (stripe_unit != 0 || !servers.empty()) o = BufferOptions{stripe_unit ? stripe_unit : (1u << 20), std::move(servers), 1};
              py::gil_scoped_release nogil;
              return c.load(path, name, o);
            })
@@ -325,6 +325,7 @@ void bind_records(py::module_& m) {
       .def_readonly("servers", &Layout::servers)
       .def_readonly("shares", &Layout::shares)
       .def_readonly("instances", &Layout::instances)
+      .def_readonly("replicas", &Layout::replicas)
       .def("__repr__", [](const Layout& l) {
         return "Layout(name='" + l.name + "', size=" + std::to_string(l.size) + ", servers=" +
                std::to_string(l.servers.size()) + ")";

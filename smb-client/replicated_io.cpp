@@ -1,0 +1,311 @@
+// The data path of a replicated buffer (BufferOptions::replicas > 1). Copy r
+// of the stripes at position p (their server in copy 0) lives on server
+// (p + r) mod N at the same offsets, so a request splits once and each piece
+// has one place per copy.
+//
+// - Writes go to every usable copy at once and succeed when every piece
+//   reached at least one; a server lost meanwhile is left behind.
+// - Reads take each piece from its first usable copy and, when that server
+//   is lost during the read, read the piece again from the next.
+// - fetch_add goes to every copy at once: adds commute, so the copies agree.
+// - Vector ops go to the first usable copy (the primary, which orders them),
+//   then to the other copy tagged with the version the primary gave: that
+//   copy applies them in the primary's order (smbd: VectorRequest::order).
+//   docs/reliability.md ("Replication") states what this guarantees.
+#include "client_core.hpp"
+#include "server_calls.hpp"
+
+#include "protocol/messages.hpp"
+#include "util/parse.hpp"
+
+#include <map>
+
+namespace smb {
+
+namespace {
+
+// One server's part of a replicated transfer: its pieces (index into the
+// split, copy) and the request that moves them.
+struct ServerShare {
+  std::uint32_t server = 0;
+  std::vector<std::pair<std::size_t, std::uint32_t>> pieces;
+  std::shared_ptr<Request::State> state;
+  enum class Outcome { running, done, lost } outcome = Outcome::running;
+  std::string lost_why;
+};
+
+// Drives the shares that still run; false while one has not finished. A
+// share whose server is gone (or does not answer in time) ends `lost`.
+bool drive(std::vector<ServerShare>& shares, bool wait) {
+  bool pending = false;
+  for (auto& share : shares) {
+    if (share.outcome != ServerShare::Outcome::running) continue;
+    try {
+      Request request(share.state);
+      if (wait) {
+        request.wait();
+      } else if (!request.test()) {
+        pending = true;
+        continue;
+      }
+      share.outcome = ServerShare::Outcome::done;
+    } catch (const Error& e) {
+      if (!client::is_absence(e)) throw;
+      share.outcome = ServerShare::Outcome::lost;
+      share.lost_why = e.what();
+    }
+  }
+  return !pending;
+}
+
+std::string describe_transfer(const std::string& name, const char* op, std::uint64_t offset, std::uint64_t length) {
+  return "buffer '" + name + "': " + op + " of " + std::to_string(length) + " bytes at offset " + std::to_string(offset);
+}
+
+}  // namespace
+
+Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::byte> data) {
+  check_range("write", offset, data.size());
+  const auto split = pieces(offset, data.size());
+  const std::string context = describe("write", offset, data.size());
+  std::map<std::uint32_t, ServerShare> by_server;
+  for (std::size_t i = 0; i < split.size(); ++i) {
+    bool placed = false;
+    for (std::uint32_t r = 0; r < replicas(); ++r) {
+      const auto s = replica_server(split[i].server, r);
+      if (!usable(r, s)) continue;
+      by_server[s].pieces.emplace_back(i, r);
+      placed = true;
+    }
+    if (!placed) first_usable(split[i].server, context);  // throws: no copy left
+  }
+  auto shares = std::make_shared<std::vector<ServerShare>>();
+  for (auto& [server, share] : by_server) {
+    share.server = server;
+    share.state = new_state("write", offset, data.size());
+    share.state->links.push_back(links_[server]);
+    share.state->completion->expect(static_cast<int>(share.pieces.size()));
+    for (const auto& [i, r] : share.pieces)
+      links_[server]->channel->put(*segment(r, server), split[i].local_offset, data.data() + split[i].request_offset,
+                                   split[i].length, share.state->completion);
+    shares->push_back(std::move(share));
+  }
+  auto state = new_state("write", offset, data.size());
+  // The request keeps this buffer's state (copies, links) while it runs.
+  state->composite = [self = shared_from_this(), shares, pieces = split.size(), name = name_, offset, length = data.size()](bool wait) {
+    if (!drive(*shares, wait)) return false;
+    std::vector<bool> reached(pieces, false);
+    std::string lost;
+    for (const auto& share : *shares) {
+      if (share.outcome == ServerShare::Outcome::done) {
+        for (const auto& [i, r] : share.pieces) reached[i] = true;
+        continue;
+      }
+      // A copy that missed a write must not serve it later: this client
+      // leaves it (a server that is gone is left by every client).
+      for (const auto& [i, r] : share.pieces) self->mark_stale(r, share.server, "a write to it failed: " + share.lost_why);
+      lost += (lost.empty() ? "" : "; ") + share.lost_why;
+    }
+    for (std::size_t i = 0; i < pieces; ++i)
+      if (!reached[i])
+        throw Error(Errc::server_gone,
+                    describe_transfer(*name, "write", offset, length) + ": no copy of some of its bytes could be written: " + lost);
+    return true;
+  };
+  return Request(state);
+}
+
+Request BufferCore::read_replicated(std::uint64_t offset, std::span<std::byte> out) {
+  check_range("read", offset, out.size());
+  struct Plan {
+    std::vector<protocol::StripePiece> split;
+    std::vector<ServerShare> shares;
+    std::set<std::pair<std::uint32_t, std::uint32_t>> failed;  // (copy, server) that failed this read
+  };
+  auto plan = std::make_shared<Plan>();
+  plan->split = pieces(offset, out.size());
+  // Reads pieces `which` from their first usable copy that has not failed this read.
+  auto issue = [self = shared_from_this(), this, plan, out, offset, length = out.size()](const std::vector<std::size_t>& which) {
+    std::map<std::uint32_t, ServerShare> by_server;
+    for (auto i : which) {
+      const auto position = plan->split[i].server;
+      std::optional<std::uint32_t> copy;
+      for (std::uint32_t r = 0; r < replicas() && !copy; ++r)
+        if (!plan->failed.contains({r, replica_server(position, r)}) && usable(r, replica_server(position, r))) copy = r;
+      if (!copy)
+        throw Error(Errc::server_gone, describe_transfer(layout_.name, "read", offset, length) +
+                                           ": no copy of the bytes at offset " +
+                                           std::to_string(offset + plan->split[i].request_offset) + " can be read");
+      by_server[replica_server(position, *copy)].pieces.emplace_back(i, *copy);
+    }
+    for (auto& [server, share] : by_server) {
+      share.server = server;
+      share.state = new_state("read", offset, length);
+      share.state->links.push_back(links_[server]);
+      share.state->completion->expect(static_cast<int>(share.pieces.size()));
+      for (const auto& [i, r] : share.pieces) {
+        const auto& p = plan->split[i];
+        links_[server]->channel->get(*segment(r, server), p.local_offset, out.data() + p.request_offset, p.length,
+                                     share.state->completion);
+      }
+      plan->shares.push_back(std::move(share));
+    }
+  };
+  std::vector<std::size_t> all(plan->split.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  issue(all);
+  auto state = new_state("read", offset, out.size());
+  state->composite = [plan, issue](bool wait) {
+    for (;;) {
+      if (!drive(plan->shares, wait)) return false;
+      std::vector<std::size_t> again;
+      for (auto& share : plan->shares) {
+        if (share.outcome != ServerShare::Outcome::lost) continue;
+        for (const auto& [i, r] : share.pieces) {
+          plan->failed.insert({r, share.server});
+          again.push_back(i);
+        }
+        share.outcome = ServerShare::Outcome::done;  // its pieces are read again below
+      }
+      if (again.empty()) return true;
+      issue(again);
+    }
+  };
+  return Request(state);
+}
+
+std::uint64_t BufferCore::fetch_add_replicated(std::uint64_t offset, std::uint64_t value) {
+  const char* op = "fetch-add";
+  check_range(op, offset, sizeof(std::uint64_t));
+  if (offset % sizeof(std::uint64_t) != 0)
+    throw Error(Errc::invalid_argument, describe(op, offset, 8) + ": offset must be 8-byte aligned");
+  const auto piece = protocol::locate(geometry(), offset);
+  // The transport writes the old value when the op completes: the word
+  // lives as long as the completion does, even after a wait gave up on it.
+  struct Word {
+    transport::Completion completion;
+    std::uint64_t old = 0;
+  };
+  struct Copy {
+    std::uint32_t replica = 0;
+    std::shared_ptr<Request::State> state;
+    std::shared_ptr<Word> word;
+  };
+  std::vector<Copy> copies;
+  for (std::uint32_t r = 0; r < replicas(); ++r) {
+    const auto s = replica_server(piece.server, r);
+    if (!usable(r, s)) continue;
+    Copy copy{r, new_state(op, offset, sizeof(std::uint64_t)), std::make_shared<Word>()};
+    copy.state->completion = transport::CompletionPtr(copy.word, &copy.word->completion);
+    copy.state->links.push_back(links_[s]);
+    copy.state->completion->expect();
+    links_[s]->channel->fetch_add(*segment(r, s), piece.local_offset, value, &copy.word->old, copy.state->completion);
+    copies.push_back(std::move(copy));
+  }
+  if (copies.empty()) first_usable(piece.server, describe(op, offset, 8));  // throws: no copy left
+  std::optional<std::uint64_t> old;  // the first copy's that answered (the primary's while it lives)
+  std::string lost;
+  for (auto& copy : copies) {
+    try {
+      Request(copy.state).wait();
+      if (!old) old = copy.word->old;
+    } catch (const Error& e) {
+      if (!client::is_absence(e)) throw;
+      mark_stale(copy.replica, replica_server(piece.server, copy.replica), std::string("a fetch-add failed: ") + e.what());
+      lost += (lost.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  if (!old) throw Error(Errc::server_gone, describe(op, offset, 8) + ": no copy answered: " + lost);
+  return *old;
+}
+
+// Copy 0 orders a part's ops while it lives: each call there comes back with
+// the version it brought its segment to, and the other copy applies the same
+// call tagged with that version, right after the call before it in that
+// order. Where copy 0 is lost, the next usable copy takes the op untagged
+// (it is then the only one, so its arrival order is the order).
+void BufferCore::apply_replicated(const VectorCallArgs& args, const std::map<std::uint32_t, VectorPart>& parts,
+                                  const std::function<std::string()>& what) {
+  struct PartRun {
+    std::uint32_t position = 0;
+    const VectorPart* part = nullptr;
+    std::uint32_t replica = 0;
+    std::unique_ptr<client::ServerCalls> calls;
+    std::vector<std::uint64_t> orders;
+  };
+  auto start = [&](PartRun& run, std::uint32_t replica, const std::vector<std::uint64_t>* orders) {
+    run.replica = replica;
+    run.calls = std::make_unique<client::ServerCalls>(client_, what);
+    add_vector_calls(*run.calls, args, run.position, *run.part, replica, orders);
+  };
+  // The first copy of every part; when its server is lost, the next copy, untagged.
+  std::vector<PartRun> firsts;
+  for (const auto& [position, part] : parts) {
+    auto& run = firsts.emplace_back();
+    run.position = position;
+    run.part = &part;
+    start(run, first_usable(position, what()), nullptr);
+  }
+  for (auto& run : firsts) {
+    for (;;) {
+      try {
+        run.orders = run.calls->finish_versions();
+        break;
+      } catch (const Error& e) {
+        if (!client::is_absence(e)) throw;
+        // Lost before it answered: it may or may not have applied the op, but
+        // no other copy has it yet (they get it only after this one answered).
+        mark_stale(run.replica, replica_server(run.position, run.replica), std::string("a vector op failed: ") + e.what());
+        start(run, first_usable(run.position, what()), nullptr);
+      }
+    }
+  }
+  // The other copies of the parts copy 0 ordered, each op tagged with its order.
+  std::vector<PartRun> followers;
+  for (const auto& first : firsts) {
+    if (first.replica != 0) continue;
+    for (std::uint32_t r = 1; r < replicas(); ++r) {
+      if (!usable(r, replica_server(first.position, r))) continue;
+      auto& run = followers.emplace_back();
+      run.position = first.position;
+      run.part = first.part;
+      run.orders = first.orders;
+      start(run, r, &run.orders);
+    }
+  }
+  for (auto& run : followers) {
+    const auto server = replica_server(run.position, run.replica);
+    try {
+      run.calls->finish_versions();
+    } catch (const Error& e) {
+      if ((e.code() == Errc::already_exists || e.code() == Errc::timeout) && !primary_answers(run.position)) {
+        // Copy 0 died after it answered: ops of clients that saw it die took
+        // this copy's next versions, or one it ordered never comes. This copy
+        // is the only one now: the op goes after what it has.
+        start(run, run.replica, nullptr);
+        run.calls->finish_versions();
+      } else if (client::is_absence(e) || e.code() == Errc::already_exists) {
+        // Gone (the others have the op), or left behind by its primary (an op
+        // before this one never came: its client died between the copies).
+        mark_stale(run.replica, server, std::string("it missed a vector op: ") + e.what());
+      } else {
+        throw;
+      }
+    }
+  }
+}
+
+bool BufferCore::primary_answers(std::uint32_t position) {
+  if (links_[position] == nullptr || !links_[position]->alive()) return false;
+  try {
+    client::ServerCalls probe(client_, "probe of copy 0");
+    probe.add_version_call(*links_[position], protocol::VersionCallKind::get, segment_names_[0], 0, client_->timeout());
+    probe.finish_versions();
+    return true;
+  } catch (const Error& e) {
+    if (client::is_absence(e)) return false;
+    throw;
+  }
+}
+
+}  // namespace smb
