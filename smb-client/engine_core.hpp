@@ -41,6 +41,8 @@ class EngineCore {
   // every server of the global weights' buffer.
   static constexpr std::uint64_t kStripesPerChunk = 1;
   std::uint64_t chunk_floats() const;
+  // Where the engine's buffers in the fabric go (EngineConfig::replicas).
+  BufferOptions fabric_buffers() const;
   // Synchronous mode (engine_sync_exchange.cpp).
   void create_sync_buffers();
   void synchronous_exchange(std::span<float> params);

@@ -38,8 +38,9 @@ std::uint64_t EngineCore::sync_chunks() const {
 
 void EngineCore::create_sync_buffers() {
   const auto& c = config_;
-  for (int k = 0; k < 2; ++k) sums_[k] = client_.open_or_create(c.name + "/sum/" + std::to_string(k), bytes_);
-  ready_ = client_.open_or_create(c.name + "/ready", sync_chunks() * sizeof(std::uint64_t));
+  for (int k = 0; k < 2; ++k)
+    sums_[k] = client_.open_or_create(c.name + "/sum/" + std::to_string(k), bytes_, fabric_buffers());
+  ready_ = client_.open_or_create(c.name + "/ready", sync_chunks() * sizeof(std::uint64_t), fabric_buffers());
   if (c.group != 0) return;
   for (auto& sum : sums_) sum.apply(VectorOp::scale, DType::f32, 0, c.parameters, 0.0);
   const std::vector<std::byte> zeros(ready_.size());

@@ -83,6 +83,12 @@ std::uint64_t EngineCore::chunk_floats() const {
   return BufferOptions{}.stripe_unit / sizeof(float) * client_.servers().size() * kStripesPerChunk;
 }
 
+BufferOptions EngineCore::fabric_buffers() const {
+  BufferOptions o;
+  o.replicas = config_.replicas;
+  return o;
+}
+
 void EngineCore::initialize(std::span<float> params) {
   if (params.size() != config_.parameters) throw Error(Errc::invalid_argument, "initialize: wrong parameter count");
   const auto& c = config_;
@@ -97,13 +103,14 @@ void EngineCore::initialize(std::span<float> params) {
   }
   if (root()) {
     if (!gpu_ && c.group_size > 1) {  // a group of one has nothing to reduce or broadcast
-      group_area_ = group_client_.open_or_create(c.name + "/group/" + group, bytes_ * (kGroupSums + 1));
+      group_area_ = group_client_.open_or_create(c.name + "/group/" + group, bytes_ * (kGroupSums + 1),
+                                                 c.group_servers.empty() ? fabric_buffers() : BufferOptions{});
       const std::vector<std::byte> zeros(bytes_ * kGroupSums);
       group_area_.write(0, zeros);  // the sums start at zero (scale by 0 would keep a NaN)
     }
-    if (c.mode == UpdateMode::downpour) delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_);
+    if (c.mode == UpdateMode::downpour) delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_, fabric_buffers());
     if (c.group == 0) {
-      global_ = client_.open_or_create(c.name + "/global", bytes_);
+      global_ = client_.open_or_create(c.name + "/global", bytes_, fabric_buffers());
       if (!c.resume_from.empty()) resume_into(host);
       global_.write(0, bytes_of(std::span<const float>(host)));
     }

@@ -49,6 +49,11 @@ struct EngineConfig {
   double alpha = 0.2;             ///< seasgd moving rate
   std::uint32_t tau = 1;          ///< steps between exchanges with the global weights
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  ///< longest wait at a barrier
+  /// Copies of the engine's buffers in the fabric (BufferOptions::replicas):
+  /// with 2, training goes on when a memory server is lost after
+  /// initialize() (barriers and a group's own servers are not replicated;
+  /// docs/reliability.md, "Replication").
+  std::uint32_t replicas = 1;
   /// -1: the spans are host memory, and the group reduces through the fabric.
   /// >= 0: the spans are device memory on this CUDA device, and the group
   /// all-reduces and broadcasts with NCCL. Needs libsmb built with CUDA

@@ -54,6 +54,18 @@ class HostileClientTest : public testing::Test {
     return raw;
   }
 
+  // A session that announced a 1 MiB frame and sent `sent` bytes of it.
+  std::unique_ptr<RawConnection> stalled_in_frame(std::size_t sent) const {
+    auto raw = greeted();
+    RawHeader header;
+    header.type = kStat;
+    header.body_length = 1u << 20;
+    auto bytes = encode_raw_header(header);
+    bytes.resize(bytes.size() + sent, 0x90);
+    raw->send(bytes);
+    return raw;
+  }
+
   // Alive, and a fresh client gets its bytes through.
   void expect_serving() {
     ASSERT_TRUE(server_->running()) << "smbd died: " << server_->exit_status()->describe() << "\n" << server_->log();
@@ -206,15 +218,7 @@ TEST_F(HostileClientTest, StalledFramesCostWhatArrivedAndTimeOut) {
   start({"--frame-timeout", "2"});
   constexpr int kStalled = 300;
   std::vector<std::unique_ptr<RawConnection>> stalled;
-  for (int i = 0; i < kStalled; ++i) {
-    stalled.push_back(greeted());
-    RawHeader header;
-    header.type = kStat;
-    header.body_length = 1u << 20;
-    auto bytes = encode_raw_header(header);
-    bytes.resize(bytes.size() + 100, 0x90);
-    stalled.back()->send(bytes);
-  }
+  for (int i = 0; i < kStalled; ++i) stalled.push_back(stalled_in_frame(100));
   std::this_thread::sleep_for(300ms);
   const auto during = server_->usage();
   if (kRssIsMeaningful) {
@@ -392,3 +396,49 @@ TEST_F(HostileClientTest, ManyLocksStayCheapAndCorrect) {
 }
 
 }  // namespace
+
+// All at once, while a client works: many idle (slow) clients that said
+// hello and then nothing, clients stalled inside 1 MiB frames, frames that
+// announce more than the limit, and frames cut off mid-body by a client that
+// leaves. The daemon keeps serving the working client, keeps its stored
+// bytes, and its memory follows what arrived, not what was announced.
+TEST_F(HostileClientTest, SlowClientsAndOversizedAndTruncatedFramesTogether) {
+  start({"--frame-timeout", "3", "--max-connections", "2000"});
+  auto keeper = client();
+  auto kept = keeper.create("kept", 256 * 1024);
+  kept.write(0, pattern_bytes(0, kept.size(), 0x3c));
+
+  std::vector<std::unique_ptr<RawConnection>> idle, stalled;
+  for (int i = 0; i < 400; ++i) idle.push_back(greeted());
+  for (int i = 0; i < 100; ++i) stalled.push_back(stalled_in_frame(1000));
+  for (int i = 0; i < 50; ++i) {
+    auto oversized = greeted();
+    RawHeader header;
+    header.type = kStat;
+    header.body_length = (1u << 20) + 1 + static_cast<std::uint32_t>(i) * 4096;  // past the 1 MiB frame limit
+    oversized->send(encode_raw_header(header));
+    EXPECT_TRUE(oversized->closed_by_peer()) << "a frame larger than the limit must close its connection";
+  }
+  for (int i = 0; i < 50; ++i) {
+    auto truncated = greeted();
+    auto frame = msgpack_frame(kReserveName, 7, {{"name", "cut-" + std::to_string(i)}, {"layout", json::object()}});
+    frame.resize(frame.size() / 2 + 8);  // the header and half the body, then the client leaves
+    truncated->send(frame);
+  }
+  std::this_thread::sleep_for(300ms);
+  const auto during = server_->usage();
+  if (kRssIsMeaningful) {
+    EXPECT_LT(during.rss_bytes, baseline_.rss_bytes + (48u << 20))
+        << "400 idle, 100 stalled 1 MiB frames, 100 oversized or truncated frames";
+  }
+  expect_serving();
+  ByteVec got(kept.size());
+  kept.read(0, got);
+  EXPECT_TRUE(same_bytes(pattern_bytes(0, kept.size(), 0x3c), got)) << "stored bytes changed";
+  for (auto& raw : stalled) EXPECT_TRUE(raw->closed_by_peer(10s)) << "a stalled frame past --frame-timeout";
+  stalled.clear();
+  idle.clear();
+  kept.close();
+  keeper.destroy("kept");
+  expect_resources_back();
+}
