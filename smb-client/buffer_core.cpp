@@ -38,21 +38,19 @@ BufferCore::~BufferCore() {
   }
 }
 
-namespace {
-std::string describe_op(const std::string& buffer, const char* op, std::uint64_t offset, std::uint64_t length) {
+std::string client::describe_buffer_op(const std::string& buffer, const char* op, std::uint64_t offset, std::uint64_t length) {
   return "buffer '" + buffer + "': " + op + " of " + std::to_string(length) + " bytes at offset " +
          std::to_string(offset);
 }
-}  // namespace
 
 std::string Request::State::describe() const {
-  return buffer_op ? describe_op(*buffer_op->buffer, buffer_op->op, buffer_op->offset, buffer_op->length)
+  return buffer_op ? client::describe_buffer_op(*buffer_op->buffer, buffer_op->op, buffer_op->offset, buffer_op->length)
          : what  ? what()
                  : std::string("request");
 }
 
 std::string BufferCore::describe(const char* op, std::uint64_t offset, std::uint64_t length) const {
-  return describe_op(layout_.name, op, offset, length);
+  return client::describe_buffer_op(layout_.name, op, offset, length);
 }
 
 void BufferCore::check_range(const char* op, std::uint64_t offset, std::uint64_t length) const {

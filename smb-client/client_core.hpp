@@ -40,6 +40,8 @@ struct ServerLink {
 
 // An error that says a server is not there (rather than that it refused).
 bool is_absence(const Error& e);
+// "buffer 'x': write of N bytes at offset O": how errors name a buffer op.
+std::string describe_buffer_op(const std::string& buffer, const char* op, std::uint64_t offset, std::uint64_t length);
 }  // namespace client
 
 // Declared in smb::detail by the public header (which names them only as

@@ -50,16 +50,18 @@ bool drive(std::vector<ServerShare>& shares, bool wait) {
       }
       share.outcome = ServerShare::Outcome::done;
     } catch (const Error& e) {
-      if (!client::is_absence(e)) throw;
+      if (!client::is_absence(e)) {
+        // The request fails: no op of it may land in the caller's memory later.
+        for (auto& other : shares)
+          if (other.outcome == ServerShare::Outcome::running && !other.state->completion->done())
+            other.state->client->transport().abandon(*other.state->completion);
+        throw;
+      }
       share.outcome = ServerShare::Outcome::lost;
       share.lost_why = e.what();
     }
   }
   return !pending;
-}
-
-std::string describe_transfer(const std::string& name, const char* op, std::uint64_t offset, std::uint64_t length) {
-  return "buffer '" + name + "': " + op + " of " + std::to_string(length) + " bytes at offset " + std::to_string(offset);
 }
 
 }  // namespace
@@ -109,7 +111,7 @@ Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::
     for (std::size_t i = 0; i < pieces; ++i)
       if (!reached[i])
         throw Error(Errc::server_gone,
-                    describe_transfer(*name, "write", offset, length) + ": no copy of some of its bytes could be written: " + lost);
+                    client::describe_buffer_op(*name, "write", offset, length) + ": no copy of some of its bytes could be written: " + lost);
     return true;
   };
   return Request(state);
@@ -133,7 +135,7 @@ Request BufferCore::read_replicated(std::uint64_t offset, std::span<std::byte> o
       for (std::uint32_t r = 0; r < replicas() && !copy; ++r)
         if (!plan->failed.contains({r, replica_server(position, r)}) && usable(r, replica_server(position, r))) copy = r;
       if (!copy)
-        throw Error(Errc::server_gone, describe_transfer(layout_.name, "read", offset, length) +
+        throw Error(Errc::server_gone, client::describe_buffer_op(layout_.name, "read", offset, length) +
                                            ": no copy of the bytes at offset " +
                                            std::to_string(offset + plan->split[i].request_offset) + " can be read");
       by_server[replica_server(position, *copy)].pieces.emplace_back(i, *copy);
