@@ -21,7 +21,6 @@ constexpr std::array<char, 8> kEndMagic = {'S', 'M', 'B', 'C', 'K', 'E', 'N', 'D
 constexpr std::uint32_t kFormat = 1;
 constexpr std::size_t kFixedHeader = 8 + 4 + 4 + 8 + 8 + 8;
 constexpr std::size_t kTrailer = 8 + 8;
-constexpr std::uint64_t kSeed = 0x534d42;
 
 using File = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
 
@@ -48,7 +47,7 @@ std::vector<std::byte> header_bytes(const CheckpointInfo& info) {
 // A running XXH64 of a checkpoint's header and data.
 struct Hasher {
   std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> state{XXH64_createState(), XXH64_freeState};
-  Hasher() { XXH64_reset(state.get(), kSeed); }
+  Hasher() { XXH64_reset(state.get(), kChecksumSeed); }
   void add(std::span<const std::byte> bytes) { XXH64_update(state.get(), bytes.data(), bytes.size()); }
   std::uint64_t digest() const { return XXH64_digest(state.get()); }
 };

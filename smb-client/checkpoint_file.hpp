@@ -19,6 +19,9 @@
 
 namespace smb::checkpoint {
 
+// The XXH64 seed of the trailer's checksum.
+inline constexpr std::uint64_t kChecksumSeed = 0x534d42;
+
 // Writes one checkpoint file; finish() makes it appear whole, or the
 // destructor removes what was written.
 class FileWriter {

@@ -2,6 +2,7 @@
 // which reach it with one-sided RMA; see docs/architecture.md.
 #include "control_server.hpp"
 #include "memory_pool.hpp"
+#include "options.hpp"
 #include "protocol/auth.hpp"
 #include "protocol/layout_codec.hpp"
 #include "registry.hpp"
@@ -22,20 +23,6 @@
 #include <random>
 
 namespace {
-
-struct Options {
-  std::string listen = "0.0.0.0:7000";
-  std::string capacity;
-  std::string transport = "ucx";
-  bool poll = false;
-  unsigned spin_us = 50;
-  std::string log_level = "info";
-  double hello_timeout_s = 10;
-  double frame_timeout_s = 30;
-  std::string auth_token_file;
-  smb::server::ConnectionLimits connections;
-  smb::server::SessionQuotas quotas;
-};
 
 // This run's identity (ServerIdentity::instance): random, never 0 (0 is a
 // layout made before servers had one).
@@ -74,12 +61,6 @@ void apply_fd_limit(smb::server::ConnectionLimits& limits) {
   spdlog::info("connections: at most {} (open-file limit {})", limits.max_connections, usable);
 }
 
-std::chrono::milliseconds seconds_flag(double seconds, const char* flag) {
-  if (!(seconds > 0 && seconds <= 86400))
-    throw smb::Error(smb::Errc::invalid_argument, std::string(flag) + " must be more than 0 and at most 86400 seconds");
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
-}
-
 // A handler that throws must not end the daemon: log it and serve on (Asio's
 // documented way; every request path already answers its own errors).
 void run_io(boost::asio::io_context& io) {
@@ -93,15 +74,9 @@ void run_io(boost::asio::io_context& io) {
   }
 }
 
-int run(Options options) {
+int run(smb::server::SmbdOptions options) {
   namespace asio = boost::asio;
-  const auto listen = smb::util::parse_host_port(options.listen, /*allow_zero_port=*/true);
-  const std::uint64_t capacity = smb::parse_size(options.capacity);
-  if (capacity > smb::protocol::kMaxServerCapacity)
-    throw smb::Error(smb::Errc::invalid_argument,
-                     "--capacity " + options.capacity + " is more than the 256 TiB one smbd can lend");
-  options.connections.hello_timeout = seconds_flag(options.hello_timeout_s, "--hello-timeout");
-  options.connections.frame_timeout = seconds_flag(options.frame_timeout_s, "--frame-timeout");
+  const auto [listen, capacity] = smb::server::check_options(options);
   apply_fd_limit(options.connections);
   if (!options.auth_token_file.empty()) {
     std::string warning;
@@ -169,60 +144,16 @@ int run(Options options) {
 
 int main(int argc, char** argv) {
   CLI::App app{"smbd: Soft Memory Box memory server"};
-  Options options;
-  app.set_config("--config", "", "Read options from a TOML/INI file (keys as the long flags)");
-  app.add_option("--listen", options.listen, "HOST:PORT for the control plane (port 0: any)")
-      ->capture_default_str();
-  app.add_option("--capacity", options.capacity, "Memory to lend, e.g. 128M, 4G")->required();
-  std::string transports_help = "Data transport, one of this build's:";
-  for (const auto* t : smb::transport::transports())
-    transports_help += "\n  " + std::string(t->name) + ": " + std::string(t->summary);
-  app.add_option("--transport", options.transport, transports_help)
-      ->check(CLI::IsMember(smb::transport::transport_names()))
-      ->capture_default_str();
-  app.add_flag("--poll", options.poll,
-               "Busy-poll the transport's progress: lowest latency for small calls, one core kept busy "
-               "(default: sleep when idle)");
-  app.add_option("--spin-us", options.spin_us,
-                 "Without --poll: after work, keep polling this many microseconds before sleeping, so a chain "
-                 "of small calls finds the server awake (0: sleep at once)")
-      ->check(CLI::Range(0u, 1'000'000u))
-      ->capture_default_str();
-  app.add_option("--auth-token-file", options.auth_token_file,
-                 "File holding a shared secret clients must prove they know (challenge-response, never sent); "
-                 "clients give theirs with SMB_AUTH_TOKEN_FILE");
-  app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
-      ->capture_default_str();
-  auto* limits = "Limits (what one client may take; see docs/reliability.md)";
-  app.add_option("--max-connections", options.connections.max_connections,
-                 "Control connections at once (0: from the open-file limit)")
-      ->group(limits)
-      ->capture_default_str();
-  app.add_option("--hello-timeout", options.hello_timeout_s, "Seconds a new connection has to say hello")
-      ->group(limits)
-      ->capture_default_str();
-  app.add_option("--frame-timeout", options.frame_timeout_s, "Seconds a started frame has to arrive whole")
-      ->group(limits)
-      ->capture_default_str();
-  app.add_option("--max-segments-per-client", options.quotas.segments, "Segment handles one client may hold")
-      ->group(limits)
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--max-layouts-per-client", options.quotas.layouts, "Layout records one client may create")
-      ->group(limits)
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--max-layout-bytes-per-client", options.quotas.layout_bytes,
-                 "Bytes of layout records one client may create")
-      ->group(limits)
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--max-locks-per-client", options.quotas.locks, "Locks one client may hold")
-      ->group(limits)
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  smb::server::SmbdOptions options;
+  smb::server::add_options(app, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {  // a config value CLI11 failed on other than by its own errors
+    std::cerr << "smbd: bad options: " << e.what() << std::endl;
+    return 2;
+  }
 
   auto logger = spdlog::stderr_color_mt("smbd");
   spdlog::set_default_logger(logger);

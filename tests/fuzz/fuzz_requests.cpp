@@ -90,9 +90,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   server::ServerIdentity identity{"127.0.0.1:7000", "ucx", transport.address()};
   server::ConnectionLimits limits;
   limits.max_connections = 4;
+  // Before the server: ops still running on its worker pool (one that
+  // waited for its turn) answer while the server's destructor drains it.
+  Answers answers;
   server::ControlServer control(io, {boost::asio::ip::make_address("127.0.0.1"), 0}, registry, identity, limits,
                                 quotas);
-  Answers answers;
 
   while (size >= 5) {
     const std::uint8_t how = data[0];

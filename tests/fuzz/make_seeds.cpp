@@ -1,12 +1,15 @@
 // Writes the fuzzers' seed corpus: well-formed messages of every kind, so
 // that fuzzing starts from the shapes real clients send.
 //   fuzz_make_seeds DIR   (writes DIR/<target>/<name>; tests/fuzz/corpus is its output)
+#include "checkpoint_file.hpp"
 #include "protocol/fixed_calls.hpp"
 #include "protocol/layout_codec.hpp"
 #include "protocol/striping.hpp"
 #include "protocol/messages.hpp"
 #include "transport/ucx/am_wire.hpp"
 #include "transport/verbs/verbs_calls.hpp"
+
+#include <xxhash.h>
 
 #include <cstring>
 #include <filesystem>
@@ -156,6 +159,45 @@ void request_seeds() {
   write("fuzz_requests", "ordered-copies", ordered);
 }
 
+// A checkpoint of a 3-byte buffer 'w' (checkpoint_file.hpp), after the
+// harness's mode byte: odd, the harness appends the trailer; even, the
+// trailer is in the seed.
+void checkpoint_seeds() {
+  Bytes file;
+  for (char c : std::string("SMBCKPT1")) file.push_back(static_cast<std::uint8_t>(c));
+  const auto put = [&](std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) file.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  put(1, 4);          // format
+  put(1, 4);          // name length
+  put(3, 8);          // size
+  put(1u << 20, 8);   // stripe unit
+  put(7, 8);          // version
+  file.push_back('w');
+  for (std::uint8_t b : {0x10, 0x20, 0x30}) file.push_back(b);
+  Bytes trailer_by_harness{1};
+  trailer_by_harness.insert(trailer_by_harness.end(), file.begin(), file.end());
+  write("fuzz_checkpoint", "appended-trailer", trailer_by_harness);
+  const std::uint64_t checksum = XXH64(file.data(), file.size(), smb::checkpoint::kChecksumSeed);
+  put(checksum, 8);
+  for (char c : std::string("SMBCKEND")) file.push_back(static_cast<std::uint8_t>(c));
+  Bytes whole{0};
+  whole.insert(whole.end(), file.begin(), file.end());
+  write("fuzz_checkpoint", "whole-file", whole);
+}
+
+// smbd config files: TOML, INI, every key.
+void config_seeds() {
+  const auto text = [](const std::string& s) { return Bytes(s.begin(), s.end()); };
+  write("fuzz_config", "toml",
+        text("listen = \"127.0.0.1:7000\"\ncapacity = \"4G\"\ntransport = \"ucx\"\npoll = false\nspin-us = 50\n"
+             "log-level = \"info\"\nmax-connections = 100\nhello-timeout = 10\nframe-timeout = 30.5\n"
+             "max-segments-per-client = 4096\nmax-layouts-per-client = 4096\n"
+             "max-layout-bytes-per-client = 1048576\nmax-locks-per-client = 10000\n"
+             "auth-token-file = \"/etc/smb/token\"\n"));
+  write("fuzz_config", "ini", text("[default]\ncapacity=128M\nlisten=[::1]:0\n; a comment\npoll=true\n"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,5 +210,7 @@ int main(int argc, char** argv) {
   layout_seeds();
   data_channel_seeds();
   request_seeds();
+  checkpoint_seeds();
+  config_seeds();
   return 0;
 }

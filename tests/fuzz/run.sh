@@ -7,7 +7,8 @@
 #   tests/fuzz/run.sh [--seconds N] [--build-dir DIR] [TARGET...]
 #     --seconds N     time per target (default 60; SMB_FUZZ_SECONDS overrides the default)
 #     --build-dir DIR where the fuzz preset built the targets (default build/fuzz)
-#     TARGET          fuzz_frame fuzz_layout fuzz_data_channel fuzz_requests (default: all)
+#     TARGET          fuzz_frame fuzz_layout fuzz_data_channel fuzz_requests fuzz_checkpoint
+#                     fuzz_config (default: all)
 #
 # A longer hunt is the same command: tests/fuzz/run.sh --seconds 3600 fuzz_requests
 # Findings are kept in build/fuzz/findings/TARGET/ with the command to replay them.
@@ -27,7 +28,7 @@ while (($# > 0)); do
   esac
   shift
 done
-((${#TARGETS[@]} > 0)) || TARGETS=(fuzz_frame fuzz_layout fuzz_data_channel fuzz_requests)
+((${#TARGETS[@]} > 0)) || TARGETS=(fuzz_frame fuzz_layout fuzz_data_channel fuzz_requests fuzz_checkpoint fuzz_config)
 
 # UBSan reports end the run (the build uses -fno-sanitize-recover); leaks count.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}

@@ -1,0 +1,85 @@
+#include "options.hpp"
+
+#include "protocol/layout_codec.hpp"
+#include "transport/registry.hpp"
+
+#include <smb/client.hpp>
+#include <smb/error.hpp>
+
+namespace smb::server {
+
+namespace {
+std::chrono::milliseconds seconds_flag(double seconds, const char* flag) {
+  if (!(seconds > 0 && seconds <= 86400))
+    throw Error(Errc::invalid_argument, std::string(flag) + " must be more than 0 and at most 86400 seconds");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+}
+}  // namespace
+
+void add_options(CLI::App& app, SmbdOptions& options) {
+  app.set_config("--config", "", "Read options from a TOML/INI file (keys as the long flags)");
+  app.add_option("--listen", options.listen, "HOST:PORT for the control plane (port 0: any)")
+      ->capture_default_str();
+  app.add_option("--capacity", options.capacity, "Memory to lend, e.g. 128M, 4G")->required();
+  std::string transports_help = "Data transport, one of this build's:";
+  for (const auto* t : transport::transports())
+    transports_help += "\n  " + std::string(t->name) + ": " + std::string(t->summary);
+  app.add_option("--transport", options.transport, transports_help)
+      ->check(CLI::IsMember(transport::transport_names()))
+      ->capture_default_str();
+  app.add_flag("--poll", options.poll,
+               "Busy-poll the transport's progress: lowest latency for small calls, one core kept busy "
+               "(default: sleep when idle)");
+  app.add_option("--spin-us", options.spin_us,
+                 "Without --poll: after work, keep polling this many microseconds before sleeping, so a chain "
+                 "of small calls finds the server awake (0: sleep at once)")
+      ->check(CLI::Range(0u, 1'000'000u))
+      ->capture_default_str();
+  app.add_option("--auth-token-file", options.auth_token_file,
+                 "File holding a shared secret clients must prove they know (challenge-response, never sent); "
+                 "clients give theirs with SMB_AUTH_TOKEN_FILE");
+  app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  auto* limits = "Limits (what one client may take; see docs/reliability.md)";
+  app.add_option("--max-connections", options.connections.max_connections,
+                 "Control connections at once (0: from the open-file limit)")
+      ->group(limits)
+      ->capture_default_str();
+  app.add_option("--hello-timeout", options.hello_timeout_s, "Seconds a new connection has to say hello")
+      ->group(limits)
+      ->capture_default_str();
+  app.add_option("--frame-timeout", options.frame_timeout_s, "Seconds a started frame has to arrive whole")
+      ->group(limits)
+      ->capture_default_str();
+  app.add_option("--max-segments-per-client", options.quotas.segments, "Segment handles one client may hold")
+      ->group(limits)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-layouts-per-client", options.quotas.layouts, "Layout records one client may create")
+      ->group(limits)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-layout-bytes-per-client", options.quotas.layout_bytes,
+                 "Bytes of layout records one client may create")
+      ->group(limits)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-locks-per-client", options.quotas.locks, "Locks one client may hold")
+      ->group(limits)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+CheckedOptions check_options(SmbdOptions& options) {
+  CheckedOptions checked;
+  checked.listen = util::parse_host_port(options.listen, /*allow_zero_port=*/true);
+  checked.capacity = parse_size(options.capacity);
+  if (checked.capacity > protocol::kMaxServerCapacity)
+    throw Error(Errc::invalid_argument, "--capacity " + options.capacity + " is more than the 256 TiB one smbd can lend");
+  options.connections.hello_timeout = seconds_flag(options.hello_timeout_s, "--hello-timeout");
+  options.connections.frame_timeout = seconds_flag(options.frame_timeout_s, "--frame-timeout");
+  return checked;
+}
+
+}  // namespace smb::server
