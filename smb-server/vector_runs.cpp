@@ -26,18 +26,24 @@ protocol::FixedReply failed(std::uint16_t type) {
 // once the segment's version gets there (or fails at kReplicaGapTimeout).
 void after_gap(Services& s, std::uint16_t type, VectorRequest r, const OrderGap& gap, VectorDone done) {
   auto request = std::make_shared<VectorRequest>(std::move(r));
-  s.versions.wait(kCallSession, request->name, gap.wait_for, kReplicaGapTimeout,
-                  [&s, type, request, done = std::move(done)](protocol::FixedReply answer) {
-                    if (answer.code != Errc::ok) {
-                      answer.message = "buffer segment '" + request->name + "': op order " +
-                                       std::to_string(request->order) + " waited " +
-                                       std::to_string(kReplicaGapTimeout.count()) +
-                                       " ms for the op before it (its client may have died between replicas): " +
-                                       answer.message;
-                      return done(std::move(answer), false);
-                    }
-                    boost::asio::post(s.workers, [&s, type, request, done] { run_vector_op(s, type, *request, done); });
-                  });
+  // (The wait throws when the segment went meanwhile: answered here, since
+  // on the pool nothing above would.)
+  try {
+    s.versions.wait(kCallSession, request->name, gap.wait_for, kReplicaGapTimeout,
+                    [&s, type, request, done](protocol::FixedReply answer) {
+                      if (answer.code != Errc::ok) {
+                        answer.message = "buffer segment '" + request->name + "': op order " +
+                                         std::to_string(request->order) + " waited " +
+                                         std::to_string(kReplicaGapTimeout.count()) +
+                                         " ms for the op before it (its client may have died between replicas): " +
+                                         answer.message;
+                        return done(std::move(answer), false);
+                      }
+                      boost::asio::post(s.workers, [&s, type, request, done] { run_vector_op(s, type, *request, done); });
+                    });
+  } catch (...) {
+    done(failed(type), false);
+  }
 }
 
 }  // namespace
