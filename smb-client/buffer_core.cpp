@@ -222,8 +222,7 @@ void BufferCore::close() {
         if (!held) continue;
         held.reset();
         try {
-          links_[s]->control->call(protocol::MessageType::close_segment,
-                                   {{"name", protocol::segment_name(layout_.name, r)}});
+          links_[s]->control->call(protocol::MessageType::close_segment, {{"name", segment_names_[r]}});
         } catch (const Error&) {
           // gone servers dropped the handle already; keep closing the others
         }
@@ -246,13 +245,14 @@ void BufferCore::mark_stale(std::uint32_t replica, std::uint32_t server, const s
                layout_.servers[server], why);
 }
 
-std::uint32_t BufferCore::first_usable(std::uint32_t position, const std::string& context) {
+std::uint32_t BufferCore::first_usable(std::uint32_t position, const char* op) {
   for (std::uint32_t r = 0; r < replicas(); ++r)
     if (usable(r, replica_server(position, r))) return r;
   std::string where;
   for (std::uint32_t r = 0; r < replicas(); ++r)
     where += (r == 0 ? "" : ", ") + layout_.servers[replica_server(position, r)];
-  throw Error(Errc::server_gone, context + ": every copy of its stripes on " + where + " is gone");
+  throw Error(Errc::server_gone,
+              "buffer '" + layout_.name + "': " + op + ": every copy of its stripes on " + where + " is gone");
 }
 
 }  // namespace smb

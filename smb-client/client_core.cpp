@@ -180,8 +180,8 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
 }
 
 std::uint64_t ClientCore::copy_share(const Layout& layout, std::uint32_t replica, std::size_t server) {
-  const auto n = layout.servers.size();
-  return layout.shares[(server + n - replica % n) % n];
+  const auto n = static_cast<std::uint32_t>(layout.servers.size());
+  return layout.shares[protocol::copy_position(static_cast<std::uint32_t>(server), replica, n)];
 }
 
 std::shared_ptr<BufferCore> ClientCore::attach(const Layout& layout,
@@ -233,14 +233,14 @@ std::shared_ptr<BufferCore> ClientCore::open(std::string_view name_view) {
 }
 
 void ClientCore::check_copies_left(const Layout& layout, const std::vector<bool>& present, const std::string& context) {
-  const auto n = layout.servers.size();
-  for (std::size_t p = 0; p < n; ++p) {
+  const auto n = static_cast<std::uint32_t>(layout.servers.size());
+  for (std::uint32_t p = 0; p < n; ++p) {
     if (layout.shares[p] == 0) continue;
     bool any = false;
     std::string where;
     for (std::uint32_t r = 0; r < layout.replicas; ++r) {
-      any = any || present[(p + r) % n];
-      where += (r == 0 ? "" : ", ") + layout.servers[(p + r) % n];
+      any = any || present[protocol::copy_server(p, r, n)];
+      where += (r == 0 ? "" : ", ") + layout.servers[protocol::copy_server(p, r, n)];
     }
     if (!any)
       throw Error(Errc::data_lost, context + ": lost: every copy of its stripes on " + where +

@@ -135,7 +135,7 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   std::uint32_t server_count() const { return static_cast<std::uint32_t>(layout_.servers.size()); }
   // Copy r of the stripes at position p (a stripe's server in copy 0) lives on this server.
   std::uint32_t replica_server(std::uint32_t position, std::uint32_t replica) const {
-    return (position + replica) % server_count();
+    return protocol::copy_server(position, replica, server_count());
   }
   transport::RemoteSegment* segment(std::uint32_t replica, std::uint32_t server) const {
     return segments_[std::size_t{replica} * server_count() + server].get();
@@ -144,8 +144,9 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   // left behind by its primary (stale_).
   bool usable(std::uint32_t replica, std::uint32_t server);
   void mark_stale(std::uint32_t replica, std::uint32_t server, const std::string& why);
-  // The first usable copy of position p's stripes; throws server_gone when none is.
-  std::uint32_t first_usable(std::uint32_t position, const std::string& context);
+  // The first usable copy of position p's stripes; throws server_gone, naming
+  // the buffer and `op`, when none is (the text is built only then).
+  std::uint32_t first_usable(std::uint32_t position, const char* op);
   // Replicated buffers (replicated_io.cpp).
   Request write_replicated(std::uint64_t offset, std::span<const std::byte> data);
   Request read_replicated(std::uint64_t offset, std::span<std::byte> out);
@@ -181,6 +182,9 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   Request one_piece(const char* op, std::uint64_t offset, std::uint64_t length, const protocol::StripePiece& piece,
                     transport::CompletionPtr completion, Issue issue);
   static const std::shared_ptr<Request::State>& finished_state();
+  // new_state, its request on `server` (replicated_io.cpp).
+  std::shared_ptr<Request::State> new_state_on(const char* op, std::uint64_t offset, std::uint64_t length,
+                                               std::uint32_t server) const;
   // A request over `pieces`, its servers checked for liveness first.
   std::shared_ptr<Request::State> start(const char* op, std::uint64_t offset, std::uint64_t length,
                                         std::span<const protocol::StripePiece> pieces);

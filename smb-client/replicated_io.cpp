@@ -64,12 +64,32 @@ bool drive(std::vector<ServerShare>& shares, bool wait) {
   return !pending;
 }
 
+// Moves each server's pieces in one request (`state` makes it, with the
+// server's link); `issue(server, piece index, copy, completion)` starts one piece.
+template <class MakeState, class Issue>
+void start_shares(std::map<std::uint32_t, ServerShare>& by_server, std::vector<ServerShare>& into,
+                  MakeState make_state, Issue issue) {
+  for (auto& [server, share] : by_server) {
+    share.server = server;
+    share.state = make_state(server);
+    share.state->completion->expect(static_cast<int>(share.pieces.size()));
+    for (const auto& [i, r] : share.pieces) issue(server, i, r, share.state->completion);
+    into.push_back(std::move(share));
+  }
+}
+
 }  // namespace
+
+std::shared_ptr<Request::State> BufferCore::new_state_on(const char* op, std::uint64_t offset, std::uint64_t length,
+                                                         std::uint32_t server) const {
+  auto state = new_state(op, offset, length);
+  state->links.push_back(links_[server]);
+  return state;
+}
 
 Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::byte> data) {
   check_range("write", offset, data.size());
   const auto split = pieces(offset, data.size());
-  const std::string context = describe("write", offset, data.size());
   std::map<std::uint32_t, ServerShare> by_server;
   for (std::size_t i = 0; i < split.size(); ++i) {
     bool placed = false;
@@ -79,19 +99,15 @@ Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::
       by_server[s].pieces.emplace_back(i, r);
       placed = true;
     }
-    if (!placed) first_usable(split[i].server, context);  // throws: no copy left
+    if (!placed) first_usable(split[i].server, "write");  // throws: no copy left
   }
   auto shares = std::make_shared<std::vector<ServerShare>>();
-  for (auto& [server, share] : by_server) {
-    share.server = server;
-    share.state = new_state("write", offset, data.size());
-    share.state->links.push_back(links_[server]);
-    share.state->completion->expect(static_cast<int>(share.pieces.size()));
-    for (const auto& [i, r] : share.pieces)
-      links_[server]->channel->put(*segment(r, server), split[i].local_offset, data.data() + split[i].request_offset,
-                                   split[i].length, share.state->completion);
-    shares->push_back(std::move(share));
-  }
+  start_shares(
+      by_server, *shares, [&](std::uint32_t s) { return new_state_on("write", offset, data.size(), s); },
+      [&](std::uint32_t s, std::size_t i, std::uint32_t r, const transport::CompletionPtr& completion) {
+        links_[s]->channel->put(*segment(r, s), split[i].local_offset, data.data() + split[i].request_offset,
+                                split[i].length, completion);
+      });
   auto state = new_state("write", offset, data.size());
   // The request keeps this buffer's state (copies, links) while it runs.
   state->composite = [self = shared_from_this(), shares, pieces = split.size(), name = name_, offset, length = data.size()](bool wait) {
@@ -140,18 +156,12 @@ Request BufferCore::read_replicated(std::uint64_t offset, std::span<std::byte> o
                                            std::to_string(offset + plan->split[i].request_offset) + " can be read");
       by_server[replica_server(position, *copy)].pieces.emplace_back(i, *copy);
     }
-    for (auto& [server, share] : by_server) {
-      share.server = server;
-      share.state = new_state("read", offset, length);
-      share.state->links.push_back(links_[server]);
-      share.state->completion->expect(static_cast<int>(share.pieces.size()));
-      for (const auto& [i, r] : share.pieces) {
-        const auto& p = plan->split[i];
-        links_[server]->channel->get(*segment(r, server), p.local_offset, out.data() + p.request_offset, p.length,
-                                     share.state->completion);
-      }
-      plan->shares.push_back(std::move(share));
-    }
+    start_shares(
+        by_server, plan->shares, [&](std::uint32_t s) { return new_state_on("read", offset, length, s); },
+        [&](std::uint32_t s, std::size_t i, std::uint32_t r, const transport::CompletionPtr& completion) {
+          const auto& p = plan->split[i];
+          links_[s]->channel->get(*segment(r, s), p.local_offset, out.data() + p.request_offset, p.length, completion);
+        });
   };
   std::vector<std::size_t> all(plan->split.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
@@ -177,10 +187,7 @@ Request BufferCore::read_replicated(std::uint64_t offset, std::span<std::byte> o
 }
 
 std::uint64_t BufferCore::fetch_add_replicated(std::uint64_t offset, std::uint64_t value) {
-  const char* op = "fetch-add";
-  check_range(op, offset, sizeof(std::uint64_t));
-  if (offset % sizeof(std::uint64_t) != 0)
-    throw Error(Errc::invalid_argument, describe(op, offset, 8) + ": offset must be 8-byte aligned");
+  const char* op = "fetch-add";  // atomic() checked the range and alignment
   const auto piece = protocol::locate(geometry(), offset);
   // The transport writes the old value when the op completes: the word
   // lives as long as the completion does, even after a wait gave up on it.
@@ -197,14 +204,13 @@ std::uint64_t BufferCore::fetch_add_replicated(std::uint64_t offset, std::uint64
   for (std::uint32_t r = 0; r < replicas(); ++r) {
     const auto s = replica_server(piece.server, r);
     if (!usable(r, s)) continue;
-    Copy copy{r, new_state(op, offset, sizeof(std::uint64_t)), std::make_shared<Word>()};
+    Copy copy{r, new_state_on(op, offset, sizeof(std::uint64_t), s), std::make_shared<Word>()};
     copy.state->completion = transport::CompletionPtr(copy.word, &copy.word->completion);
-    copy.state->links.push_back(links_[s]);
     copy.state->completion->expect();
     links_[s]->channel->fetch_add(*segment(r, s), piece.local_offset, value, &copy.word->old, copy.state->completion);
     copies.push_back(std::move(copy));
   }
-  if (copies.empty()) first_usable(piece.server, describe(op, offset, 8));  // throws: no copy left
+  if (copies.empty()) first_usable(piece.server, op);  // throws: no copy left
   std::optional<std::uint64_t> old;  // the first copy's that answered (the primary's while it lives)
   std::string lost;
   for (auto& copy : copies) {
@@ -246,7 +252,7 @@ void BufferCore::apply_replicated(const VectorCallArgs& args, const std::map<std
     auto& run = firsts.emplace_back();
     run.position = position;
     run.part = &part;
-    start(run, first_usable(position, what()), nullptr);
+    start(run, first_usable(position, vector_op_name(args.op)), nullptr);
   }
   for (auto& run : firsts) {
     for (;;) {
@@ -258,7 +264,7 @@ void BufferCore::apply_replicated(const VectorCallArgs& args, const std::map<std
         // Lost before it answered: it may or may not have applied the op, but
         // no other copy has it yet (they get it only after this one answered).
         mark_stale(run.replica, replica_server(run.position, run.replica), std::string("a vector op failed: ") + e.what());
-        start(run, first_usable(run.position, what()), nullptr);
+        start(run, first_usable(run.position, vector_op_name(args.op)), nullptr);
       }
     }
   }

@@ -28,6 +28,16 @@ struct StripePiece {
 // length the bytes left in its stripe). Precondition: offset < geometry.size.
 StripePiece locate(const StripeGeometry& geometry, std::uint64_t offset);
 
+// Copies (BufferOptions::replicas): copy r of the stripes at position p
+// (their server in copy 0) lives on server (p + r) mod N, at the same local
+// offsets; so server s holds, for copy r, the share of position (s - r) mod N.
+inline std::uint32_t copy_server(std::uint32_t position, std::uint32_t replica, std::uint32_t servers) {
+  return (position + replica) % servers;
+}
+inline std::uint32_t copy_position(std::uint32_t server, std::uint32_t replica, std::uint32_t servers) {
+  return (server + servers - replica % servers) % servers;
+}
+
 // Splits [offset, offset+length) into per-server pieces. Pieces that are
 // contiguous both on the server and in the caller's span are merged.
 // Precondition (checked by callers): offset + length <= geometry.size.

@@ -2,6 +2,7 @@
 #include "commands.hpp"
 #include "table.hpp"
 
+#include <protocol/striping.hpp>
 #include <util/parse.hpp>
 
 #include <nlohmann/json.hpp>
@@ -13,14 +14,16 @@ namespace {
 
 // Server of copy r of the stripes at position p (their server in copy 0).
 std::size_t copy_server(const Layout& layout, std::size_t position, std::uint32_t replica) {
-  return (position + replica) % layout.servers.size();
+  return protocol::copy_server(static_cast<std::uint32_t>(position), replica,
+                               static_cast<std::uint32_t>(layout.servers.size()));
 }
 
 // Bytes server i holds over all copies.
 std::uint64_t held_by(const Layout& layout, std::size_t server) {
-  const auto n = layout.servers.size();
   std::uint64_t bytes = 0;
-  for (std::uint32_t r = 0; r < layout.replicas; ++r) bytes += layout.shares[(server + n - r % n) % n];
+  for (std::uint32_t r = 0; r < layout.replicas; ++r)
+    bytes += layout.shares[protocol::copy_position(static_cast<std::uint32_t>(server), r,
+                                                   static_cast<std::uint32_t>(layout.servers.size()))];
   return bytes;
 }
 
