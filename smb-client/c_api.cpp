@@ -27,7 +27,8 @@ static_assert(SMB_EINVAL == static_cast<int>(smb::Errc::invalid_argument) &&
               SMB_ENOSPC == static_cast<int>(smb::Errc::no_space) &&
               SMB_EINTERNAL == static_cast<int>(smb::Errc::internal) &&
               SMB_ELOST == static_cast<int>(smb::Errc::data_lost) &&
-              SMB_EPERM == static_cast<int>(smb::Errc::permission_denied));
+              SMB_EPERM == static_cast<int>(smb::Errc::permission_denied) &&
+              SMB_EBUSY == static_cast<int>(smb::Errc::busy));
 // smb.h's op and dtype numbers are the C++ enums' (and the wire's).
 static_assert(SMB_OP_ACCUMULATE == static_cast<int>(smb::VectorOp::accumulate) &&
               SMB_OP_AXPY == static_cast<int>(smb::VectorOp::axpy) &&
@@ -256,7 +257,7 @@ int smb_register_memory(smb_client* client, void* base, size_t bytes, smb_regist
 void smb_unregister_memory(smb_registration* registration) { std::unique_ptr<smb_registration> owned(registration); }
 const char* smb_last_error(void) { return last_error.c_str(); }
 const char* smb_errc_name(int code) {
-  if (code < SMB_OK || code > SMB_EPERM) return "unknown error";
+  if (code < SMB_OK || code > SMB_EBUSY) return "unknown error";
   return smb::errc_name(static_cast<smb::Errc>(code));
 }
 

@@ -82,6 +82,7 @@ void Client::barrier(std::string_view name, std::uint32_t parties, std::chrono::
 std::vector<Layout> Client::list() { return core_->list(); }
 Layout Client::info(std::string_view name) { return core_->info(name); }
 std::vector<ShareState> Client::check(const Layout& layout) { return core_->check(layout); }
+RepairReport Client::repair(std::string_view name) { return core_->repair(name); }
 std::map<std::string, std::string> Client::unreachable_servers() const { return core_->unreachable_servers(); }
 const std::vector<std::string>& Client::servers() const { return core_->servers(); }
 std::vector<std::string> Client::describe_paths() const { return core_->describe_paths(); }

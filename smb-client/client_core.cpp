@@ -27,7 +27,9 @@ std::string env_or(const char* name, const char* fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
-transport::SegmentDescriptor segment_from(const Body& reply, const std::string& context) {
+}  // namespace
+
+transport::SegmentDescriptor client::segment_from(const Body& reply, const std::string& context) {
   transport::SegmentDescriptor d;
   d.id = protocol::get_u64(reply, "segment_id", context);
   d.address = protocol::get_u64(reply, "address", context);
@@ -36,13 +38,12 @@ transport::SegmentDescriptor segment_from(const Body& reply, const std::string& 
   return d;
 }
 
-}  // namespace
-
 bool client::is_absence(const Error& e) {
   return e.code() == Errc::unreachable || e.code() == Errc::server_gone || e.code() == Errc::timeout;
 }
 
 using client::is_absence;
+using client::segment_from;
 
 ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
   if (options_.servers.empty()) {
@@ -201,8 +202,39 @@ std::shared_ptr<BufferCore> ClientCore::attach(const Layout& layout,
   return std::make_shared<BufferCore>(shared_from_this(), layout, std::move(segments));
 }
 
+// A replicated buffer's layout changes when a repair ends (its servers'
+// runs): an open waits while a repair runs, and confirms afterwards that
+// none began meanwhile, so that every client with the buffer open either
+// holds it under the layout the repair leaves or is seen by the repair
+// (its handles; repair.cpp) and keeps it from starting.
 std::shared_ptr<BufferCore> ClientCore::open(std::string_view name_view) {
-  const auto layout = info(name_view);
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  for (;;) {
+    auto record = layout_record(name_view);
+    if (!record.repairing) {
+      std::vector<std::pair<std::string, std::string>> opened;  // (server, segment) for an undo
+      auto descriptors = open_segments(record.layout, opened);
+      if (record.layout.replicas == 1) return attach(record.layout, descriptors);
+      auto again = layout_record(name_view);
+      if (!again.repairing && protocol::layout_to_body(again.layout) == protocol::layout_to_body(record.layout))
+        return attach(record.layout, descriptors);
+      for (const auto& [server, segment] : opened) {
+        try {
+          link(server).control->call(MessageType::close_segment, {{"name", segment}});
+        } catch (const Error&) {
+        }
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      throw Error(Errc::busy, "open buffer '" + record.layout.name +
+                                  "': it is being repaired (smbctl repair) and was still after " +
+                                  std::to_string(options_.timeout.count()) + " ms; retry when the repair ends");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::vector<transport::SegmentDescriptor> ClientCore::open_segments(
+    const Layout& layout, std::vector<std::pair<std::string, std::string>>& opened) {
   const std::string& name = layout.name;
   const auto n = layout.servers.size();
   // A replicated buffer opens without the servers that are gone or restarted
@@ -220,8 +252,9 @@ std::shared_ptr<BufferCore> ClientCore::open(std::string_view name_view) {
     for (std::size_t i = 0; i < n; ++i) {
       if (copy_share(layout, r, i) == 0 || !present[i]) continue;
       try {
-        auto reply = link(layout.servers[i]).control->call(MessageType::open_segment,
-                                                            {{"name", protocol::segment_name(name, r)}});
+        const auto segment = protocol::segment_name(name, r);
+        auto reply = link(layout.servers[i]).control->call(MessageType::open_segment, {{"name", segment}});
+        opened.emplace_back(layout.servers[i], segment);
         descriptors[r * n + i] = segment_from(reply, "open_segment");
       } catch (const Error& e) {
         if (layout.replicas == 1 || !is_absence(e)) throw;
@@ -229,7 +262,7 @@ std::shared_ptr<BufferCore> ClientCore::open(std::string_view name_view) {
         check_copies_left(layout, present, "open buffer '" + name + "'");
       }
     }
-  return attach(layout, descriptors);
+  return descriptors;
 }
 
 void ClientCore::check_copies_left(const Layout& layout, const std::vector<bool>& present, const std::string& context) {
@@ -353,7 +386,9 @@ std::vector<Layout> ClientCore::list() {
   return out;
 }
 
-Layout ClientCore::info(std::string_view name_view) {
+Layout ClientCore::info(std::string_view name_view) { return layout_record(name_view).layout; }
+
+ClientCore::LayoutRecord ClientCore::layout_record(std::string_view name_view) {
   const std::string name(name_view);
   protocol::validate_name(name);
   const auto& home = home_of(name);
@@ -366,7 +401,8 @@ Layout ClientCore::info(std::string_view name_view) {
                               ", which cannot be reached: " + e.what());
   }
   auto reply = l->control->call(MessageType::get_layout, {{"name", name}});
-  return protocol::layout_from_body(reply["layout"], "get_layout");
+  return {protocol::layout_from_body(reply["layout"], "get_layout"),
+          reply.contains("repairing") && protocol::get_bool(reply, "repairing", "get_layout")};
 }
 
 std::vector<ShareState> ClientCore::check(const Layout& layout) {

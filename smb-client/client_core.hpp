@@ -40,6 +40,8 @@ struct ServerLink {
 
 // An error that says a server is not there (rather than that it refused).
 bool is_absence(const Error& e);
+// The segment an alloc_segment / open_segment reply describes.
+transport::SegmentDescriptor segment_from(const protocol::Body& reply, const std::string& context);
 // "buffer 'x': write of N bytes at offset O": how errors name a buffer op.
 std::string describe_buffer_op(const std::string& buffer, const char* op, std::uint64_t offset, std::uint64_t length);
 }  // namespace client
@@ -69,6 +71,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::vector<Layout> list();
   Layout info(std::string_view name);
   std::vector<ShareState> check(const Layout& layout);
+  RepairReport repair(std::string_view name);  // repair.cpp
   std::map<std::string, std::string> unreachable_servers() const;
   std::vector<std::string> describe_paths();
 
@@ -81,11 +84,26 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   const std::vector<std::string>& servers() const { return sorted_servers_; }
 
  private:
+  struct LayoutRecord {
+    Layout layout;
+    bool repairing = false;  // a repair holds it (repair.cpp): opens wait
+  };
+  LayoutRecord layout_record(std::string_view name);
+  // Opens every present copy's segment, adding each to `opened`.
+  std::vector<transport::SegmentDescriptor> open_segments(const Layout& layout,
+                                                          std::vector<std::pair<std::string, std::string>>& opened);
   std::shared_ptr<BufferCore> attach(const Layout& layout,
                                      const std::vector<transport::SegmentDescriptor>& descriptors);
   client::ServerLink& connect(const std::string& server);
   void stat_of(const std::string& server, ServerStatus& out);
   void note_unreachable(const std::string& server, const Error& e);
+  // Repair (repair.cpp): throws busy while other clients hold the buffer's
+  // segments on the `present` servers; rebuilds one copy, returns its bytes.
+  void refuse_if_open(const Layout& layout, const std::vector<bool>& present);
+  std::uint64_t rebuild_copy(const Layout& layout, std::uint32_t replica, std::size_t target,
+                             std::uint32_t source_replica, std::size_t source,
+                             std::vector<std::pair<std::string, std::string>>& opened,
+                             std::vector<std::pair<std::string, std::string>>& allocated);
   // Throws Errc::data_lost where a server of `layout` restarted since it was made.
   void check_not_lost(const Layout& layout, const std::string& context);
   // Throws Errc::data_lost where no copy of some stripes is `present`.

@@ -64,6 +64,13 @@ void vector_op(Services& s, Request& r, const ReplyFn& reply) {
   });
 }
 
+// A repaired copy's version: version waits on it may have been reached.
+void set_version(Services& s, Request& r, const ReplyFn& reply) {
+  const auto name = protocol::get_segment_name(r.body, "name", "set_version");
+  reply(s.requests.set_version(r.session, r.body));
+  s.versions.advanced(name);
+}
+
 using enum RunsOn;
 
 // Vector ops, version reads and version waits come as calls too: they carry
@@ -94,6 +101,10 @@ constexpr std::array kRoutes{
     Route{MessageType::barrier_call, kCall, arrival, nullptr},
     // Only a session's answer to its hello's challenge (control_session.cpp).
     Route{MessageType::auth, kControl, io_thread, auth_out_of_turn},
+    Route{MessageType::begin_repair, kControl, io_thread, at_once<&RequestHandler::begin_repair>},
+    Route{MessageType::end_repair, kControl, io_thread, at_once<&RequestHandler::end_repair>},
+    Route{MessageType::segment_users, kControl, io_thread, at_once<&RequestHandler::segment_users>},
+    Route{MessageType::set_version, kControl, io_thread, set_version},
 };
 
 // Indexed by type, checked at compile time: one entry per type, in order.

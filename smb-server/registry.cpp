@@ -203,13 +203,55 @@ void Registry::abandon_name(SessionId session, const std::string& name) {
   if (it != records_.end() && !it->second.committed && it->second.owner == session) erase_record(it);
 }
 
-Layout Registry::get_layout(const std::string& name) const {
+Layout Registry::get_layout(const std::string& name, bool* repairing) const {
   std::lock_guard lock(mutex_);
   auto it = records_.find(name);
   if (it == records_.end()) throw Error(Errc::not_found, "no buffer named '" + name + "'");
   if (!it->second.committed)
     throw Error(Errc::not_found, "buffer '" + name + "' is still being created; retry");
+  if (repairing) *repairing = it->second.repairer != 0;
   return it->second.layout;
+}
+
+Layout Registry::begin_repair(SessionId session, const std::string& name) {
+  std::lock_guard lock(mutex_);
+  auto it = records_.find(name);
+  if (it == records_.end() || !it->second.committed) throw Error(Errc::not_found, "no buffer named '" + name + "'");
+  if (it->second.repairer != 0 && it->second.repairer != session)
+    throw Error(Errc::busy, "buffer '" + name + "' is being repaired by another client");
+  it->second.repairer = session;
+  return it->second.layout;
+}
+
+void Registry::end_repair(SessionId session, const std::string& name, const std::vector<std::uint64_t>* instances) {
+  std::lock_guard lock(mutex_);
+  auto it = records_.find(name);
+  if (it == records_.end() || it->second.repairer != session)
+    throw Error(Errc::not_found, "no repair of '" + name + "' by this client to end");
+  if (instances) {
+    if (instances->size() != it->second.layout.servers.size())
+      throw Error(Errc::invalid_argument, "end_repair of '" + name + "': " + std::to_string(instances->size()) +
+                                              " instances for " + std::to_string(it->second.layout.servers.size()) +
+                                              " servers");
+    it->second.layout.instances = *instances;
+  }
+  it->second.repairer = 0;
+}
+
+std::uint64_t Registry::segment_users(SessionId session, const std::string& name) const {
+  const auto segment = find(name);
+  std::lock_guard lock(mutex_);
+  std::uint64_t users = 0;
+  for (const auto& [holder, segments] : handles_)
+    if (holder != session && segments.contains(segment->id)) users += 1;
+  return users;
+}
+
+void Registry::set_version(const std::string& name, std::uint64_t version) {
+  const auto segment = find(name);
+  std::lock_guard op(segment->op_mutex);
+  segment->begun = version;
+  segment->version = version;
 }
 
 Page<Layout> Registry::list_layouts(const std::string& after, std::size_t limit) const {
@@ -228,6 +270,7 @@ void Registry::session_closed(SessionId session) {
     handles_.erase(session);
   }
   for (auto it = records_.begin(); it != records_.end();) {
+    if (it->second.repairer == session) it->second.repairer = 0;  // a repair that died ends unfinished
     if (!it->second.committed && it->second.owner == session)
       erase_record(it++);
     else

@@ -104,7 +104,20 @@ class Registry {
   void reserve_name(SessionId session, const Layout& layout);
   void commit_layout(SessionId session, const std::string& name);
   void abandon_name(SessionId session, const std::string& name);
-  Layout get_layout(const std::string& name) const;
+  // `repairing`, where given, tells whether a repair holds the record now.
+  Layout get_layout(const std::string& name, bool* repairing = nullptr) const;
+  // Repair (smbctl repair): marks the record as being repaired by `session`
+  // until end_repair or until the session closes; while marked, clients
+  // opening the buffer wait (client_core.cpp). Throws busy when another
+  // session holds it.
+  Layout begin_repair(SessionId session, const std::string& name);
+  // Ends `session`'s repair; with `instances`, the record's servers' runs
+  // become those (the repaired copies are held there now).
+  void end_repair(SessionId session, const std::string& name, const std::vector<std::uint64_t>* instances);
+  // Sessions other than `session` with a handle on this server's segment `name`.
+  std::uint64_t segment_users(SessionId session, const std::string& name) const;
+  // Sets a segment's version (a repaired copy takes its source's), between ops.
+  void set_version(const std::string& name, std::uint64_t version);
   Page<Layout> list_layouts(const std::string& after, std::size_t limit) const;
 
   // Applies a vector op; returns the segment's new version.
@@ -133,6 +146,7 @@ class Registry {
     SessionId owner = 0;    // the creator, until it commits
     SessionId creator = 0;  // counts against this session's quota while it lasts
     std::uint64_t bytes = 0;
+    SessionId repairer = 0;  // the session repairing it (begin_repair), or 0
   };
   // What one session holds, for its quotas.
   struct Usage {

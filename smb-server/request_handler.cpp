@@ -115,8 +115,47 @@ Body RequestHandler::abandon_name(SessionId session, const Body& req) {
 }
 
 Body RequestHandler::get_layout(SessionId, const Body& req) {
+  bool repairing = false;
+  auto layout = registry_.get_layout(protocol::get_name(req, "name", "get_layout"), &repairing);
+  Body reply{{"layout", protocol::layout_to_body(layout)}};
+  if (repairing) reply["repairing"] = true;
+  return protocol::ok_reply(std::move(reply));
+}
+
+Body RequestHandler::begin_repair(SessionId session, const Body& req) {
+  return protocol::ok_reply({{"layout", protocol::layout_to_body(registry_.begin_repair(
+                                            session, protocol::get_name(req, "name", "begin_repair")))}});
+}
+
+Body RequestHandler::end_repair(SessionId session, const Body& req) {
+  const char* what = "end_repair";
+  const auto name = protocol::get_name(req, "name", what);
+  if (!req.contains("instances")) {
+    registry_.end_repair(session, name, nullptr);
+    return protocol::ok_reply();
+  }
+  const auto& list = req["instances"];
+  if (!list.is_array() || list.size() > protocol::kMaxServersPerBuffer)
+    throw Error(Errc::invalid_argument, "end_repair: 'instances' must be a list of at most " +
+                                            std::to_string(protocol::kMaxServersPerBuffer) + " numbers");
+  std::vector<std::uint64_t> instances;
+  for (const auto& v : list) {
+    if (!v.is_number_unsigned()) throw Error(Errc::invalid_argument, "end_repair: 'instances' must hold numbers");
+    instances.push_back(v.get<std::uint64_t>());
+  }
+  registry_.end_repair(session, name, &instances);
+  return protocol::ok_reply();
+}
+
+Body RequestHandler::segment_users(SessionId session, const Body& req) {
   return protocol::ok_reply(
-      {{"layout", protocol::layout_to_body(registry_.get_layout(protocol::get_name(req, "name", "get_layout")))}});
+      {{"sessions", registry_.segment_users(session, protocol::get_segment_name(req, "name", "segment_users"))}});
+}
+
+Body RequestHandler::set_version(SessionId, const Body& req) {
+  const char* what = "set_version";
+  registry_.set_version(protocol::get_segment_name(req, "name", what), protocol::get_u64(req, "version", what));
+  return protocol::ok_reply();
 }
 
 Body RequestHandler::alloc_segment(SessionId session, const Body& req) {

@@ -38,6 +38,11 @@ class RequestHandler {
   Body stat(SessionId session, const Body& request);
   Body list_layouts(SessionId session, const Body& request);
   Body get_version(SessionId session, const Body& request);
+  // Repair (Registry::begin_repair and after).
+  Body begin_repair(SessionId session, const Body& request);
+  Body end_repair(SessionId session, const Body& request);
+  Body segment_users(SessionId session, const Body& request);
+  Body set_version(SessionId session, const Body& request);
   // A vector_op message: x in the body ("data"), in another buffer
   // ("source"), or in `payload` (a call's raw payload, see transport.hpp).
   static VectorRequest vector_request(const Body& request, transport::Bytes payload);

@@ -108,6 +108,21 @@ struct ServerStatus {
   std::vector<BufferSummary> buffers;
 };
 
+/// What Client::repair did to one buffer.
+struct RepairReport {
+  struct Copy {
+    std::string server;         ///< where the copy was rebuilt
+    std::uint32_t replica = 0;  ///< which copy (0 or 1)
+    std::string source;         ///< the server it was copied from
+    std::uint64_t bytes = 0;
+  };
+  std::string name;
+  std::vector<Copy> repaired;            ///< none: every copy was whole
+  std::vector<std::string> unreachable;  ///< servers of the layout not reached now (their copies wait for them)
+  std::uint64_t bytes = 0;               ///< bytes copied
+  double seconds = 0;                    ///< from the start of the repair to the layout's update
+};
+
 /// What a checkpoint file holds (Client::save, Client::load, read_checkpoint).
 struct CheckpointInfo {
   std::string name;               ///< the buffer it was saved from
@@ -298,6 +313,15 @@ class Client {
   Layout info(std::string_view name);
   /// Per server of `layout`: whether its share is there now.
   std::vector<ShareState> check(const Layout& layout);
+  /// Rebuilds the copies of a replicated buffer that a restarted server lost
+  /// (smbd came back empty on the same address), each from its other copy,
+  /// and records the server's new run in the layout; afterwards the buffer
+  /// is whole again (docs/reliability.md, "Repair"). Opens of the buffer wait
+  /// while it runs. Throws Errc::busy while another client has the buffer
+  /// open (repair of a buffer in use is not supported yet: close it
+  /// everywhere and retry), Errc::data_lost when both copies of some stripes
+  /// are gone, Errc::invalid_argument for a buffer with one copy.
+  RepairReport repair(std::string_view name);
   /// Servers found unreachable so far, with the reason.
   std::map<std::string, std::string> unreachable_servers() const;
 

@@ -29,7 +29,8 @@ enum smb_errc {
   SMB_ETRANSPORT = 10,  /**< the transport (UCX, verbs) reported a failure */
   SMB_EINTERNAL = 11,
   SMB_ELOST = 12,       /**< a server restarted empty: its stripes of a buffer are gone */
-  SMB_EPERM = 13        /**< the server wants a shared secret (SMB_AUTH_TOKEN_FILE) this client lacks or got wrong */
+  SMB_EPERM = 13,       /**< the server wants a shared secret (SMB_AUTH_TOKEN_FILE) this client lacks or got wrong */
+  SMB_EBUSY = 14        /**< in use by other clients (repair), or being repaired */
 };
 
 typedef struct smb_client smb_client;

@@ -38,6 +38,10 @@ const char* message_name(std::uint16_t type) {
     case MessageType::version_call: return "version_call";
     case MessageType::barrier_call: return "barrier_call";
     case MessageType::auth: return "auth";
+    case MessageType::begin_repair: return "begin_repair";
+    case MessageType::end_repair: return "end_repair";
+    case MessageType::segment_users: return "segment_users";
+    case MessageType::set_version: return "set_version";
   }
   return "unknown";
 }

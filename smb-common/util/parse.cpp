@@ -26,6 +26,7 @@ const char* errc_name(Errc code) noexcept {
     case Errc::internal: return "internal error";
     case Errc::data_lost: return "data lost";
     case Errc::permission_denied: return "permission denied";
+    case Errc::busy: return "busy";
   }
   return "unknown error";
 }

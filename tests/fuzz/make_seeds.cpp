@@ -157,6 +157,17 @@ void request_seeds() {
            protocol::encode_vector_call(static_cast<std::uint32_t>(20 + order), smb::VectorOp::scale, smb::DType::f32,
                                         0, 4, 2.0, "w#r1", std::nullopt, 0, order));
   write("fuzz_requests", "ordered-copies", ordered);
+  // A repair holding the record (and another session refused it), a copy's
+  // users and version, the record's runs replaced.
+  Bytes repair;
+  for (int i : {0, 1, 2, 3}) record(repair, 0, type_of(reqs[static_cast<std::size_t>(i)].first), body(reqs[static_cast<std::size_t>(i)].second));
+  record(repair, 0, type_of(MessageType::begin_repair), body({{"name", "w"}}));
+  record(repair, 2, type_of(MessageType::begin_repair), body({{"name", "w"}}));
+  record(repair, 2, type_of(MessageType::get_layout), body({{"name", "w"}}));
+  record(repair, 0, type_of(MessageType::segment_users), body({{"name", "w"}}));
+  record(repair, 0, type_of(MessageType::set_version), body({{"name", "w"}, {"version", 5}}));
+  record(repair, 0, type_of(MessageType::end_repair), body({{"name", "w"}, {"instances", Body::array({7})}}));
+  write("fuzz_requests", "repair", repair);
 }
 
 // A checkpoint of a 3-byte buffer 'w' (checkpoint_file.hpp), after the

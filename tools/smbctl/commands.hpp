@@ -5,6 +5,7 @@
 // share lost), which main turns into exit status 3.
 #include <smb/client.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <ostream>
@@ -23,6 +24,13 @@ void load_buffer(Client& client, const std::string& path, const std::string& nam
 // smbctl dump NAME --dtype T [--offset ELEMS] [--count N]: one element per line.
 void dump_elements(Client& client, const std::string& name, DType type, std::uint64_t offset,
                    std::optional<std::uint64_t> count, bool json);
+
+// smbctl repair [NAME]: one pass; true when some buffer stays degraded.
+bool repair_buffers(Client& client, const std::string& name, bool json);
+// smbctl repair --watch: a pass every `every` with a fresh client, until killed;
+// prints what it repaired and each lasting state (busy, lost) once.
+[[noreturn]] void watch_repairs(const ClientOptions& options, const std::string& name, bool json,
+                                std::chrono::milliseconds every);
 
 // "ok", "degraded: 1 of 3 servers unreachable", "lost: 127.0.0.1:7001 restarted"
 std::string buffer_state(const Layout& layout, const std::vector<ShareState>& states);

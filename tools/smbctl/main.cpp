@@ -1,9 +1,10 @@
 // smbctl: inspect and manage a Soft Memory Box fabric.
 //   smbctl [--servers LIST] [--json] status | ls | info NAME | rm NAME | dump NAME --dtype T
 //                                   | save NAME FILE | load FILE [NAME]
+//                                   | repair [NAME] [--watch [--interval S]]
 // Exit status: 0 success, 1 a libsmb error, 2 a usage error, 3 the fabric is
 // degraded (status, ls, info: a server unreachable or a buffer's share lost;
-// what could be seen is still printed).
+// repair: a buffer still degraded after it; what could be seen is still printed).
 #include "../common/tool_setup.hpp"
 #include "../common/vector_elements.hpp"
 #include "commands.hpp"
@@ -44,6 +45,14 @@ int main(int argc, char** argv) {
   auto* load = app.add_subcommand("load", "restore a checkpoint file into a new buffer (verified first)");
   load->add_option("file", file, "checkpoint file")->required()->check(CLI::ExistingFile);
   load->add_option("name", name, "buffer to create (default: the name it was saved from)");
+  auto* repair = app.add_subcommand(
+      "repair", "rebuild the copies restarted servers lost, from the other copies (replicated buffers)");
+  repair->add_option("name", name, "buffer name (default: every replicated buffer)");
+  bool watch = false;
+  double interval = 10;
+  repair->add_flag("--watch", watch, "repair whatever needs it every --interval seconds, until stopped");
+  repair->add_option("--interval", interval, "seconds between --watch passes (default 10)")
+      ->check(CLI::Range(0.1, 86400.0));
   auto* dump = app.add_subcommand("dump", "print elements of a buffer, one per line");
   dump->add_option("name", name, "buffer name")->required();
   std::string dtype;
@@ -73,6 +82,8 @@ int main(int argc, char** argv) {
 
   bool degraded = false;
   try {
+    if (repair->parsed() && watch)
+      smb::smbctl::watch_repairs(options, name, json, std::chrono::milliseconds(static_cast<long>(interval * 1000)));
     smb::Client client(std::move(options));
     if (status->parsed()) degraded = smb::smbctl::show_status(client, json);
     if (ls->parsed()) degraded = smb::smbctl::list_buffers(client, json);
@@ -80,6 +91,7 @@ int main(int argc, char** argv) {
     if (rm->parsed()) smb::smbctl::remove_buffer(client, name, json);
     if (save->parsed()) smb::smbctl::save_buffer(client, name, file, json);
     if (load->parsed()) smb::smbctl::load_buffer(client, file, name, json);
+    if (repair->parsed()) degraded = smb::smbctl::repair_buffers(client, name, json);
     if (dump->parsed()) smb::smbctl::dump_elements(client, name, *smb::parse_dtype(dtype), offset, count, json);
   } catch (const std::exception& e) {
     std::cerr << "smbctl: " << e.what() << '\n';

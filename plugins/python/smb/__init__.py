@@ -24,13 +24,13 @@ import os
 from . import _core
 from .errors import (AlreadyExists, CapacityExhausted, Error, InternalError, InvalidArgument, NotFound,
                      OutOfRange, ProtocolError, ServerGone, Timeout, TransportError, Unreachable, DataLost,
-                     PermissionDenied)
+                     PermissionDenied, Busy)
 
 __all__ = [
     "TRANSPORTS", "__version__", "Client", "Buffer", "Lock", "MemoryRegistration", "UpdateEngine", "DTYPES", "OPS", "dtype_name",
     "element_size", "memory_address", "Error", "InvalidArgument", "OutOfRange", "NotFound", "AlreadyExists",
     "CapacityExhausted", "Unreachable", "ServerGone", "Timeout", "ProtocolError", "TransportError",
-    "InternalError", "DataLost", "PermissionDenied", "read_checkpoint",
+    "InternalError", "DataLost", "PermissionDenied", "Busy", "read_checkpoint",
 ]
 
 __version__ = _core.VERSION
@@ -314,6 +314,13 @@ class Client:
 
     def info(self, name):
         return self._c.info(name)
+
+    def repair(self, name):
+        """Rebuilds the copies of replicated buffer `name` that a restarted server lost, from
+        the other copies; returns a RepairReport (repaired copies, bytes, seconds). Raises Busy
+        while another client has the buffer open, DataLost when both copies of some stripes
+        are gone."""
+        return self._c.repair(name)
 
     def describe_paths(self):
         return self._c.describe_paths()

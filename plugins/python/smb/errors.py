@@ -78,9 +78,15 @@ class PermissionDenied(Error, PermissionError):
     code = "permission_denied"
 
 
+class Busy(Error):
+    """In use by other clients (a repair needs the buffer closed), or being repaired."""
+
+    code = "busy"
+
+
 _BY_CODE = {cls.code: cls for cls in (InvalidArgument, OutOfRange, NotFound, AlreadyExists, CapacityExhausted,
                                        Unreachable, ServerGone, Timeout, ProtocolError, TransportError,
-                                       InternalError, DataLost, PermissionDenied)}
+                                       InternalError, DataLost, PermissionDenied, Busy)}
 
 
 def from_code(code, message):

@@ -289,6 +289,11 @@ void bind_client(py::module_& m) {
              py::gil_scoped_release nogil;
              return c.info(name);
            })
+      .def("repair",
+           [](Client& c, const std::string& name) {
+             py::gil_scoped_release nogil;
+             return c.repair(name);
+           })
       .def_property_readonly("servers", &Client::servers)
       .def("describe_paths", &Client::describe_paths)
       .def("register_memory", [](Client& c, py::handle memory) {
@@ -304,6 +309,17 @@ void bind_client(py::module_& m) {
 }
 
 void bind_records(py::module_& m) {
+  py::class_<RepairReport::Copy>(m, "RepairedCopy")
+      .def_readonly("server", &RepairReport::Copy::server)
+      .def_readonly("replica", &RepairReport::Copy::replica)
+      .def_readonly("source", &RepairReport::Copy::source)
+      .def_readonly("bytes", &RepairReport::Copy::bytes);
+  py::class_<RepairReport>(m, "RepairReport")
+      .def_readonly("name", &RepairReport::name)
+      .def_readonly("repaired", &RepairReport::repaired)
+      .def_readonly("unreachable", &RepairReport::unreachable)
+      .def_readonly("bytes", &RepairReport::bytes)
+      .def_readonly("seconds", &RepairReport::seconds);
   py::class_<CheckpointInfo>(m, "CheckpointInfo")
       .def_readonly("name", &CheckpointInfo::name)
       .def_readonly("size", &CheckpointInfo::size)

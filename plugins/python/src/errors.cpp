@@ -24,6 +24,7 @@ const char* code_name(Errc code) {
     case Errc::internal: return "internal";
     case Errc::data_lost: return "data_lost";
     case Errc::permission_denied: return "permission_denied";
+    case Errc::busy: return "busy";
   }
   return "internal";
 }

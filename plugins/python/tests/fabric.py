@@ -157,6 +157,17 @@ class Fabric:
             proc.send_signal(sig)
             proc.wait(timeout=10)
 
+    def restart(self, i):
+        """Kills smbd `i` and starts a fresh, empty one on its address: a crashed server that came back."""
+        self.kill(i)
+        out, err = self._logs[i]
+        out.seek(0)
+        out.truncate()
+        self.procs[i] = subprocess.Popen(
+            [smbd_path(), "--listen", self.servers[i], "--capacity", self.capacity, *self.extra_args],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=err, preexec_fn=_die_with_parent(os.getpid()))
+        self._wait_ready(i)
+
     def stop(self):
         """Kills every smbd of this fabric (by pid) and removes its logs."""
         for proc in self.procs:

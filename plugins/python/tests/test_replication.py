@@ -43,5 +43,38 @@ class KilledServerTest(fabric.FabricTestCase):
         np.testing.assert_array_equal(got, expected)
 
 
+class RepairTest(fabric.FabricTestCase):
+    """Its own fabric: the test restarts one of its servers."""
+    SERVERS = 3
+
+    @needs_numpy
+    def test_a_restarted_server_gets_its_copies_back(self):
+        x = np.arange(3 * STRIPE * 2 // 4, dtype=np.float32)
+        names = [self.unique_name() for _ in range(3)]  # some are homed away from the server restarted
+        for name in names:
+            with self.client.create(name, x.nbytes, stripe_unit=STRIPE, replicas=2) as b:
+                b.write(0, x)
+        self.fabric.restart(1)
+        client = self.new_client()
+        kept = [layout.name for layout in client.list() if layout.name in names]
+        self.assertTrue(kept)
+        holder = client.open(kept[0])
+        with self.assertRaises(smb.Busy):  # a repair needs the buffer closed everywhere
+            self.new_client().repair(kept[0])
+        holder.close()
+        for name in kept:
+            report = client.repair(name)
+            self.assertEqual(report.name, name)
+            self.assertEqual(len(report.repaired), 2)
+            self.assertEqual({c.server for c in report.repaired}, {self.fabric.servers[1]})
+            self.assertEqual(report.bytes, sum(c.bytes for c in report.repaired))
+            self.assertEqual(client.repair(name).repaired, [])  # whole now
+        reader = self.new_client().open(kept[0])
+        self.fabric.kill(2)  # some stripes are left only in the repaired copies
+        got = np.empty_like(x)
+        reader.read(0, got)
+        np.testing.assert_array_equal(got, x)
+
+
 if __name__ == "__main__":
     fabric.main()

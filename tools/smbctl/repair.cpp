@@ -1,0 +1,117 @@
+// smbctl repair [NAME] [--watch]: rebuilds the copies that restarted servers
+// lost (Client::repair), for one buffer or every replicated buffer listed;
+// --watch does so every interval until stopped (the automatic mode).
+#include "commands.hpp"
+
+#include <smb/error.hpp>
+#include <util/parse.hpp>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/fmt/fmt.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+namespace smb::smbctl {
+namespace {
+
+// One buffer's repair: what was done, or why it could not be.
+struct Outcome {
+  RepairReport report;
+  std::string result;  // "repaired", "whole", "busy", "lost", "waiting"
+  std::string error;
+  bool degraded() const { return result != "repaired" && result != "whole"; }
+};
+
+Outcome repair_one(Client& client, const std::string& name) {
+  Outcome out;
+  out.report.name = name;
+  try {
+    out.report = client.repair(name);
+    out.result = !out.report.unreachable.empty() ? "waiting" : out.report.repaired.empty() ? "whole" : "repaired";
+    if (!out.report.unreachable.empty()) out.error = "servers unreachable: copies there wait for them";
+  } catch (const Error& e) {
+    if (e.code() != Errc::busy && e.code() != Errc::data_lost && e.code() != Errc::server_gone) throw;
+    out.result = e.code() == Errc::busy ? "busy" : "lost";
+    out.error = e.what();
+  }
+  return out;
+}
+
+// The buffers a pass looks at: NAME, or every replicated one listed.
+std::vector<std::string> targets(Client& client, const std::string& name) {
+  if (!name.empty()) return {name};
+  std::vector<std::string> names;
+  for (const auto& layout : client.list())
+    if (layout.replicas > 1) names.push_back(layout.name);
+  return names;
+}
+
+double rate_mib(const RepairReport& r) {
+  return r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / (1024.0 * 1024.0) : 0.0;
+}
+
+nlohmann::json to_json(const Outcome& o) {
+  auto copies = nlohmann::json::array();
+  for (const auto& c : o.report.repaired)
+    copies.push_back({{"server", c.server}, {"replica", c.replica}, {"source", c.source}, {"bytes", c.bytes}});
+  nlohmann::json j{{"name", o.report.name}, {"result", o.result}, {"repaired", copies},
+                   {"bytes", o.report.bytes}, {"seconds", o.report.seconds}, {"unreachable", o.report.unreachable}};
+  if (!o.error.empty()) j["error"] = o.error;
+  return j;
+}
+
+std::string line(const Outcome& o) {
+  std::string text = "buffer '" + o.report.name + "': " + o.result;
+  if (!o.report.repaired.empty()) {
+    text += fmt::format(": {} copies ({}) in {:.2f} s, {:.0f} MiB/s", o.report.repaired.size(),
+                        util::format_bytes(o.report.bytes), o.report.seconds, rate_mib(o.report));
+    for (const auto& c : o.report.repaired)
+      text += "\n  copy " + std::to_string(c.replica) + " on " + c.server + " from " + c.source;
+  }
+  if (!o.error.empty()) text += ": " + o.error;
+  return text;
+}
+
+}  // namespace
+
+bool repair_buffers(Client& client, const std::string& name, bool json) {
+  std::vector<Outcome> outcomes;
+  for (const auto& n : targets(client, name)) outcomes.push_back(repair_one(client, n));
+  bool degraded = !client.unreachable_servers().empty();
+  for (const auto& o : outcomes) degraded = degraded || o.degraded();
+  if (json) {
+    auto list = nlohmann::json::array();
+    for (const auto& o : outcomes) list.push_back(to_json(o));
+    std::cout << nlohmann::json{{"buffers", list}, {"degraded", degraded}}.dump(2) << '\n';
+  } else {
+    if (outcomes.empty()) std::cout << "no replicated buffers to repair\n";
+    for (const auto& o : outcomes) std::cout << line(o) << '\n';
+    print_unreachable(client.unreachable_servers(), std::cout);
+  }
+  return degraded;
+}
+
+[[noreturn]] void watch_repairs(const ClientOptions& options, const std::string& name, bool json, std::chrono::milliseconds every) {
+  std::map<std::string, std::string> last;  // buffer -> last result reported
+  for (;;) {
+    try {
+      // A fresh client each pass: a server that restarted is reached anew.
+      Client client(options);
+      for (const auto& n : targets(client, name)) {
+        const auto o = repair_one(client, n);
+        const auto said = o.result + o.error;
+        if (o.result == "whole" && !last.contains(n)) continue;
+        if (last[n] == said && o.result != "repaired") continue;  // say a lasting state once
+        last[n] = said;
+        std::cout << (json ? to_json(o).dump() : line(o)) << std::endl;
+      }
+    } catch (const Error& e) {
+      std::cerr << "smbctl repair: " << e.what() << '\n';
+    }
+    std::this_thread::sleep_for(every);
+  }
+}
+
+}  // namespace smb::smbctl
