@@ -99,7 +99,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void note_unreachable(const std::string& server, const Error& e);
   // Repair (repair.cpp): throws busy while other clients hold the buffer's
   // segments on the `present` servers; rebuilds one copy, returns its bytes.
-  void refuse_if_open(const Layout& layout, const std::vector<bool>& present);
+  // `count_mine`: this client's own handles count too (before the repair opened any).
+  void refuse_if_open(const Layout& layout, const std::vector<bool>& present, bool count_mine);
   std::uint64_t rebuild_copy(const Layout& layout, std::uint32_t replica, std::size_t target,
                              std::uint32_t source_replica, std::size_t source,
                              std::vector<std::pair<std::string, std::string>>& opened,

@@ -41,10 +41,12 @@ struct Rebuild {
 
 }  // namespace
 
-// Every present server's handles on the buffer's segments, but ours: a
-// client with the buffer open would write only the copies it knows of.
-void ClientCore::refuse_if_open(const Layout& layout, const std::vector<bool>& present) {
+// Every present server's handles on the buffer's segments: a client with
+// the buffer open would write only the copies it knows of. Before the
+// repair opened any, this client's own count too (a Buffer it holds).
+void ClientCore::refuse_if_open(const Layout& layout, const std::vector<bool>& present, bool count_mine) {
   std::string users;
+  bool mine = false;
   for (std::size_t i = 0; i < layout.servers.size(); ++i) {
     if (!present[i]) continue;
     std::uint64_t sessions = 0;
@@ -53,12 +55,14 @@ void ClientCore::refuse_if_open(const Layout& layout, const std::vector<bool>& p
       auto reply = link(layout.servers[i]).control->call(
           MessageType::segment_users, {{"name", protocol::segment_name(layout.name, r)}});
       sessions = std::max(sessions, protocol::get_u64(reply, "sessions", "segment_users"));
+      mine = mine || (count_mine && reply.contains("mine") && protocol::get_u64(reply, "mine", "segment_users") > 0);
     }
     if (sessions > 0) users += (users.empty() ? "" : ", ") + std::to_string(sessions) + " on " + layout.servers[i];
   }
   if (!users.empty())
     throw Error(Errc::busy, "it is open in other clients (" + users +
                                 "): close it there and retry (a buffer in use cannot be repaired yet)");
+  if (mine) throw Error(Errc::busy, "this client has it open: close it first (a buffer in use cannot be repaired yet)");
 }
 
 RepairReport ClientCore::repair(std::string_view name_view) {
@@ -119,14 +123,14 @@ RepairReport ClientCore::repair(std::string_view name_view) {
         }
       }
     if (!rebuilds.empty()) {
-      refuse_if_open(layout, present);
+      refuse_if_open(layout, present, true);
       for (const auto& rebuild : rebuilds) {
         report.bytes += rebuild_copy(layout, rebuild.replica, rebuild.target, rebuild.source_replica, rebuild.source,
                                      opened, allocated);
         report.repaired.push_back({layout.servers[rebuild.target], rebuild.replica, layout.servers[rebuild.source],
                                    rebuild.length});
       }
-      refuse_if_open(layout, present);  // opens wait for us: none can have come (a client of an older libsmb might)
+      refuse_if_open(layout, present, false);  // opens wait for us: none can have come (a client of an older libsmb might)
     }
     release(false);
     opened.clear();

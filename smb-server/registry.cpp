@@ -238,12 +238,18 @@ void Registry::end_repair(SessionId session, const std::string& name, const std:
   it->second.repairer = 0;
 }
 
-std::uint64_t Registry::segment_users(SessionId session, const std::string& name) const {
+Registry::SegmentUsers Registry::segment_users(SessionId session, const std::string& name) const {
   const auto segment = find(name);
   std::lock_guard lock(mutex_);
-  std::uint64_t users = 0;
-  for (const auto& [holder, segments] : handles_)
-    if (holder != session && segments.contains(segment->id)) users += 1;
+  SegmentUsers users;
+  for (const auto& [holder, segments] : handles_) {
+    const auto it = segments.find(segment->id);
+    if (it == segments.end()) continue;
+    if (holder == session)
+      users.mine = it->second;
+    else
+      users.others += 1;
+  }
   return users;
 }
 

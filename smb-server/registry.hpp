@@ -114,8 +114,13 @@ class Registry {
   // Ends `session`'s repair; with `instances`, the record's servers' runs
   // become those (the repaired copies are held there now).
   void end_repair(SessionId session, const std::string& name, const std::vector<std::uint64_t>* instances);
-  // Sessions other than `session` with a handle on this server's segment `name`.
-  std::uint64_t segment_users(SessionId session, const std::string& name) const;
+  // Sessions other than `session` with a handle on this server's segment
+  // `name`, and the handles `session` holds on it.
+  struct SegmentUsers {
+    std::uint64_t others = 0;
+    std::uint64_t mine = 0;
+  };
+  SegmentUsers segment_users(SessionId session, const std::string& name) const;
   // Sets a segment's version (a repaired copy takes its source's), between ops.
   void set_version(const std::string& name, std::uint64_t version);
   Page<Layout> list_layouts(const std::string& after, std::size_t limit) const;

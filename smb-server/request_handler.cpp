@@ -148,8 +148,8 @@ Body RequestHandler::end_repair(SessionId session, const Body& req) {
 }
 
 Body RequestHandler::segment_users(SessionId session, const Body& req) {
-  return protocol::ok_reply(
-      {{"sessions", registry_.segment_users(session, protocol::get_segment_name(req, "name", "segment_users"))}});
+  const auto users = registry_.segment_users(session, protocol::get_segment_name(req, "name", "segment_users"));
+  return protocol::ok_reply({{"sessions", users.others}, {"mine", users.mine}});
 }
 
 Body RequestHandler::set_version(SessionId, const Body& req) {

@@ -63,7 +63,7 @@ enum class MessageType : std::uint16_t {
   auth = 21,           // after a hello answered with a challenge: {proof(bin)} -> the hello reply (auth.hpp)
   begin_repair = 22,   // home server: {name} -> {layout(bin)}; opens of the buffer wait until end_repair
   end_repair = 23,     // home server: {name, instances?: [u64]} -> {} (the repaired servers' runs)
-  segment_users = 24,  // {name} -> {sessions}: other sessions with a handle on this server's segment
+  segment_users = 24,  // {name} -> {sessions, mine}: other sessions' and the asker's handles on this server's segment
   set_version = 25,    // {name, version} -> {}: a repaired copy takes its source's version
 };
 

@@ -96,6 +96,12 @@ TEST_P(RepairTest, ABufferOpenElsewhereIsRefusedAndOpensWaitForARepair) {
   auto repairer = fresh_client();
   expect_error([&] { repairer.repair("busy"); }, smb::Errc::busy, "open in other clients");
   expect_error([&] { repairer.repair("single"); }, smb::Errc::invalid_argument, "one copy");
+  {
+    auto own = repairer.open("busy");  // the repairing client's own handle counts too
+    held.close();
+    expect_error([&] { repairer.repair("busy"); }, smb::Errc::busy, "this client has it open");
+    held = holder.open("busy");
+  }
   const auto listed = run_smbctl({"repair"});
   EXPECT_EQ(listed.status.code, 3) << "still degraded\n" << listed.describe();
   EXPECT_TRUE(mentions(listed.out, "buffer 'busy': busy")) << listed.out;
