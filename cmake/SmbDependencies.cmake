@@ -14,6 +14,15 @@ if(NOT CLI11_FOUND)
 endif()
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)  # HMAC and randomness for authentication
+pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)  # smbd's config file
+# sd_notify for systemd's Type=notify (deploy/systemd/): optional, smbd runs
+# the same without it, only the service manager is not told it is ready.
+pkg_check_modules(SYSTEMD IMPORTED_TARGET libsystemd)
+if(SYSTEMD_FOUND)
+  message(STATUS "systemd notification (sd_notify): ON")
+else()
+  message(STATUS "systemd notification (sd_notify): OFF (no libsystemd; install libsystemd-dev)")
+endif()
 
 # CUDA and NCCL for the update engine's GPU path (smb-client/gpu/): on by
 # default where the CUDA toolkit and NCCL >= 2.10 (ncclAvg) are found. Only

@@ -17,6 +17,9 @@ PACKAGES=(
   libucx-dev ucx-utils libibverbs-dev librdmacm-dev rdma-core ibverbs-utils perftest
   # control plane and tools
   libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libssl-dev
+  # smbd as a service: its TOML config file, sd_notify, and systemd's tools
+  # that check the units (systemd-analyze, systemd-sysusers)
+  libtomlplusplus-dev libsystemd-dev systemd
   # tests, and the fuzz targets (clang's libFuzzer, ASan, UBSan)
   libgtest-dev libgmock-dev clang libclang-rt-14-dev
   # scripts (free-port lookup, process tools), and the benchmarks' TCP reference

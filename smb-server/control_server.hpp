@@ -39,6 +39,9 @@ class ControlServer {
              ReplyFn reply);
   void session_ended(const std::shared_ptr<ControlSession>& session);
   const ConnectionLimits& limits() const { return limits_; }
+  // A new --auth-token-file secret (SIGHUP), for the next hellos; sessions
+  // already in keep theirs. On the event loop, as the hellos are.
+  void set_auth_secret(std::string secret) { limits_.auth_secret = std::move(secret); }
 
  private:
   void accept();

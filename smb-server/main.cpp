@@ -1,26 +1,30 @@
 // smbd: a Soft Memory Box memory server. Lends a pool of its RAM to clients,
 // which reach it with one-sided RMA; see docs/architecture.md.
 #include "control_server.hpp"
+#include "daemon_log.hpp"
 #include "memory_pool.hpp"
 #include "options.hpp"
 #include "protocol/auth.hpp"
 #include "protocol/layout_codec.hpp"
 #include "registry.hpp"
+#include "reload.hpp"
+#include "service_notify.hpp"
 #include "transport/registry.hpp"
 #include "util/parse.hpp"
 
 #include <smb/client.hpp>
 
-#include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <random>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -74,7 +78,20 @@ void run_io(boost::asio::io_context& io) {
   }
 }
 
-int run(smb::server::SmbdOptions options) {
+// --check-config: every check smbd makes before it takes memory or a port.
+int check_only(smb::server::SmbdOptions& options) {
+  const auto [listen, capacity] = smb::server::check_options(options);
+  if (!options.auth_token_file.empty()) {
+    std::string warning;
+    smb::protocol::read_secret_file(options.auth_token_file, "--auth-token-file", &warning);
+    if (!warning.empty()) std::cout << "warning: " << warning << "\n";
+  }
+  std::cout << options.config_file << ": valid (listen " << listen.host << ":" << listen.port << ", capacity "
+            << smb::util::format_bytes(capacity) << ", transport " << options.transport << ")" << std::endl;
+  return 0;
+}
+
+int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, smb::server::DaemonLog& log) {
   namespace asio = boost::asio;
   const auto [listen, capacity] = smb::server::check_options(options);
   apply_fd_limit(options.connections);
@@ -124,17 +141,30 @@ int run(smb::server::SmbdOptions options) {
                                                               .spin = std::chrono::microseconds(options.spin_us)});
   control->start();
 
+  smb::server::ServiceNotifier notifier(io);
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signal) {
     if (ec) return;
     spdlog::info("signal {}: closing clients and exiting", signal);
+    notifier.stopping();
     control->shutdown();
     io.stop();
   });
+  const std::string status = "serving " + smb::util::format_bytes(pool.size()) + " on " + identity.address;
+  asio::signal_set hangups(io, SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> on_hangup = [&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    notifier.reloading();
+    smb::server::reload(args, options, log, *control);
+    notifier.ready(status);
+    hangups.async_wait(on_hangup);
+  };
+  hangups.async_wait(on_hangup);
 
   spdlog::info("pool of {} ({} pages), transport {}", smb::util::format_bytes(pool.size()),
                pool.huge_pages() ? "huge" : "normal", transport->name());
   std::cout << "smbd ready on " << identity.address << std::endl;
+  notifier.ready(status);
   run_io(io);
   transport->stop();
   return 0;
@@ -143,25 +173,20 @@ int run(smb::server::SmbdOptions options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"smbd: Soft Memory Box memory server"};
+  const std::vector<std::string> args(argv + 1, argv + argc);
   smb::server::SmbdOptions options;
-  smb::server::add_options(app, options);
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (const auto exit_code = smb::server::parse_command_line(args, options, std::cout, std::cerr)) return *exit_code;
   } catch (const std::exception& e) {  // a config value CLI11 failed on other than by its own errors
     std::cerr << "smbd: bad options: " << e.what() << std::endl;
     return 2;
   }
-
-  auto logger = spdlog::stderr_color_mt("smbd");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(options.log_level));
   try {
-    return run(std::move(options));
+    if (options.check_only) return check_only(options);
+    smb::server::DaemonLog log(options.log_file, options.log_level);
+    return run(args, std::move(options), log);
   } catch (const std::exception& e) {
-    std::cerr << "smbd: " << e.what() << std::endl;
-    return 1;
+    std::cerr << "smbd: " << (options.check_only ? options.config_file + ": " : "") << e.what() << std::endl;
+    return options.check_only ? 2 : 1;
   }
 }

@@ -1,10 +1,15 @@
 #include "options.hpp"
 
+#include "config_file.hpp"
+
 #include "protocol/layout_codec.hpp"
 #include "transport/registry.hpp"
 
 #include <smb/client.hpp>
 #include <smb/error.hpp>
+
+#include <algorithm>
+#include <ostream>
 
 namespace smb::server {
 
@@ -17,7 +22,12 @@ std::chrono::milliseconds seconds_flag(double seconds, const char* flag) {
 }  // namespace
 
 void add_options(CLI::App& app, SmbdOptions& options) {
-  app.set_config("--config", "", "Read options from a TOML/INI file (keys as the long flags)");
+  app.set_config("--config", "", "Read options from a TOML file (keys as the long flags; see deploy/smbd.toml)");
+  app.config_formatter(std::make_shared<TomlConfig>(app));
+  app.add_option("--check-config", options.config_file,
+                 "Check this config file (TOML, as --config reads it) and the options in it, then exit: 0 if smbd "
+                 "would start with them")
+      ->configurable(false);
   app.add_option("--listen", options.listen, "HOST:PORT for the control plane (port 0: any)")
       ->capture_default_str();
   app.add_option("--capacity", options.capacity, "Memory to lend, e.g. 128M, 4G")->required();
@@ -38,9 +48,11 @@ void add_options(CLI::App& app, SmbdOptions& options) {
   app.add_option("--auth-token-file", options.auth_token_file,
                  "File holding a shared secret clients must prove they know (challenge-response, never sent); "
                  "clients give theirs with SMB_AUTH_TOKEN_FILE");
-  app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error")
+  app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error (SIGHUP reloads it from --config)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
+  app.add_option("--log-file", options.log_file,
+                 "Append the log to this file instead of stderr; SIGHUP reopens it (for logrotate)");
   auto* limits = "Limits (what one client may take; see docs/reliability.md)";
   app.add_option("--max-connections", options.connections.max_connections,
                  "Control connections at once (0: from the open-file limit)")
@@ -69,6 +81,41 @@ void add_options(CLI::App& app, SmbdOptions& options) {
       ->group(limits)
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+}
+
+std::optional<int> parse_command_line(const std::vector<std::string>& args, SmbdOptions& options, std::ostream& out,
+                                      std::ostream& err) {
+  // `--check-config FILE` is `--config FILE` that stops after the checks:
+  // CLI11 reads the file it names the same way.
+  std::vector<std::string> reversed;  // CLI11 takes the arguments last first
+  bool check_only = false;
+  for (auto arg = args.rbegin(); arg != args.rend(); ++arg) {
+    if (*arg == "--check-config") {
+      check_only = true;
+      reversed.emplace_back("--config");
+    } else if (arg->rfind("--check-config=", 0) == 0) {
+      check_only = true;
+      reversed.push_back("--config=" + arg->substr(std::string("--check-config=").size()));
+    } else {
+      reversed.push_back(*arg);
+    }
+  }
+  CLI::App app{"smbd: Soft Memory Box memory server"};
+  add_options(app, options);
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    std::string file;
+    if (const auto* config = app.get_config_ptr(); config && config->count() > 0) file = config->as<std::string>();
+    // A file's fault, or the file was what was asked about: say which file.
+    if (!file.empty() && (check_only || dynamic_cast<const CLI::ConfigError*>(&e))) err << file << ": ";
+    return app.exit(e, out, err);
+  }
+  if (const auto* config = app.get_config_ptr(); config && config->count() > 0)
+    options.config_file = config->as<std::string>();
+  options.check_only = check_only;
+  options.settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
+  return std::nullopt;
 }
 
 CheckedOptions check_options(SmbdOptions& options) {

@@ -10,7 +10,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <iosfwd>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace smb::server {
 
@@ -21,12 +24,28 @@ struct SmbdOptions {
   bool poll = false;
   unsigned spin_us = 50;
   std::string log_level = "info";
+  std::string log_file;  // empty: stderr (the journal under systemd)
   double hello_timeout_s = 10;
   double frame_timeout_s = 30;
   std::string auth_token_file;
   ConnectionLimits connections;
   SessionQuotas quotas;
+  // Where the options came from: --config's (or --check-config's) file, and
+  // whether to stop after checking them.
+  std::string config_file;
+  bool check_only = false;
+  // Every option's value, one `key = value` line each (CLI11's writer): what
+  // a reload compares to see which options changed.
+  std::string settings;
 };
+
+// Parses smbd's command line, and the config file it names, into `options`
+// (`args` without the program name). `--check-config FILE` reads FILE as
+// --config does and sets check_only. Returns the exit code when smbd should
+// stop here (--help: 0; a bad flag or file: CLI11's code, with its message
+// on `err`), nothing when it should go on.
+std::optional<int> parse_command_line(const std::vector<std::string>& args, SmbdOptions& options, std::ostream& out,
+                                      std::ostream& err);
 
 // Defines every flag (and so every config key) on `app`, writing into `options`.
 void add_options(CLI::App& app, SmbdOptions& options);

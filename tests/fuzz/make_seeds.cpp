@@ -197,7 +197,9 @@ void checkpoint_seeds() {
   write("fuzz_checkpoint", "whole-file", whole);
 }
 
-// smbd config files: TOML, INI, every key.
+// smbd config files (TOML, read by toml++): every key; and the shapes smbd
+// refuses (sections, lists, dates, inline tables), so that the fuzzer starts
+// from the error paths too.
 void config_seeds() {
   const auto text = [](const std::string& s) { return Bytes(s.begin(), s.end()); };
   write("fuzz_config", "toml",
@@ -205,8 +207,10 @@ void config_seeds() {
              "log-level = \"info\"\nmax-connections = 100\nhello-timeout = 10\nframe-timeout = 30.5\n"
              "max-segments-per-client = 4096\nmax-layouts-per-client = 4096\n"
              "max-layout-bytes-per-client = 1048576\nmax-locks-per-client = 10000\n"
-             "auth-token-file = \"/etc/smb/token\"\n"));
-  write("fuzz_config", "ini", text("[default]\ncapacity=128M\nlisten=[::1]:0\n; a comment\npoll=true\n"));
+             "auth-token-file = \"/etc/smb/token\"\nlog-file = \"/var/log/smb/smbd.log\"\n"));
+  write("fuzz_config", "refused",
+        text("# a comment\n[default]\ncapacity = [1, 2]\nlisten = { host = \"::1\" }\nwhen = 1979-05-27T07:32:00Z\n"
+             "'quoted key' = 'literal'\nmulti = \"\"\"\nline\"\"\"\n"));
 }
 
 }  // namespace

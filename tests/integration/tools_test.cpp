@@ -46,6 +46,17 @@ TEST_P(ToolsTest, BenchWriteKeepThenReadVerifyInAnotherProcess) {
   EXPECT_EQ(rdoc.value("created", true), false) << "the reader must open the writer's buffer";
 }
 
+// The README's first example, without --block: a default block, not a refusal.
+TEST_P(ToolsTest, BenchWriteAndReadWithoutABlockSize) {
+  for (const char* op : {"write", "read"}) {
+    const auto r = run_bench({"--name", "no-block", "--op", op, "--size", "3M", "--verify", "--keep", "--json"});
+    ASSERT_TRUE(r.status.success()) << op << ": " << r.describe();
+    const auto doc = parse_json(r);
+    EXPECT_EQ(doc.value("verified", false), true) << r.out;
+    EXPECT_EQ(doc.value("block", 0), 1 << 20) << r.out;
+  }
+}
+
 TEST_P(ToolsTest, BenchReadVerifyFailsOnWrongData) {
   auto client = make_client();
   auto buffer = client.create("not-the-pattern", 1 << 20);

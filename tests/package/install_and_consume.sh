@@ -11,6 +11,17 @@ cmake --install "$build" --prefix "$scratch/prefix" >"$scratch/install.log" || {
 for header in smb.hpp smb.h config.h client.hpp update_engine.hpp; do
   [[ -f $scratch/prefix/include/smb/$header ]] || { echo "not installed: include/smb/$header"; exit 1; }
 done
+# The installed programs run from a prefix outside the loader's path (no
+# LD_LIBRARY_PATH): they find libsmb through their RPATH ($ORIGIN/../lib...).
+for tool in smbd smbctl smb-bench; do
+  out=$(env -u LD_LIBRARY_PATH "$scratch/prefix/bin/$tool" --help 2>&1) ||
+    { echo "installed $tool does not run:"; echo "$out"; exit 1; }
+done
+for file in lib/systemd/system/smbd.service lib/systemd/system/smbd@.service lib/sysusers.d/smbd.conf \
+            etc/smb/smbd.toml share/doc/smb/operations.md; do
+  [[ -f $scratch/prefix/$file ]] || { echo "not installed: $file"; exit 1; }
+done
+env -u LD_LIBRARY_PATH "$scratch/prefix/bin/smbd" --check-config "$scratch/prefix/etc/smb/smbd.toml"
 private='PkgConfig::|spdlog::|nlohmann_json|find_dependency|pkg_check_modules|ucp|ibverbs'
 if grep -rnE "$private" "$scratch/prefix/lib/cmake/smb/" | grep -vE ':[0-9]+:\s*#'; then
   echo "the exported package (above) needs a private dependency of libsmb"

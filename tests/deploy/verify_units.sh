@@ -1,0 +1,34 @@
+#!/bin/bash
+# The systemd files in deploy/systemd/, checked by systemd's own tools (no
+# service manager runs here): systemd-analyze verify must say nothing about
+# either unit (an unknown or misspelt key is only a warning to systemd, so
+# any output fails), and systemd-sysusers must create the smb user they run
+# as in a scratch root. The units' /usr/bin/smbd becomes the smbd under test,
+# since verify checks that the command exists.
+# $1: the smbd binary, $2: deploy/systemd.  Exit 77: systemd is not installed.
+set -euo pipefail
+smbd=$1 units=$2
+if ! command -v systemd-analyze >/dev/null || ! command -v systemd-sysusers >/dev/null; then
+  echo "SKIP: systemd-analyze / systemd-sysusers not installed (Debian package systemd)"
+  exit 77
+fi
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+status=0
+for unit in smbd.service smbd@.service; do
+  [[ -f $units/$unit ]] || { echo "missing: $units/$unit"; exit 1; }
+  name=${unit/@./@numa0.}  # a template is verified as one of its instances
+  sed "s|/usr/bin/smbd|$smbd|g" "$units/$unit" >"$scratch/$name"
+  if ! out=$(cd "$scratch" && systemd-analyze verify "./$name" 2>&1) || [[ -n $out ]]; then
+    echo "systemd-analyze verify $unit:"; echo "$out"; status=1
+  fi
+  grep -q '^Type=notify$' "$scratch/$name" || { echo "$unit: not Type=notify"; status=1; }
+  grep -q '^LimitMEMLOCK=infinity$' "$scratch/$name" || { echo "$unit: no LimitMEMLOCK=infinity"; status=1; }
+  grep -q '^User=smb$' "$scratch/$name" || { echo "$unit: does not run as the smb user"; status=1; }
+done
+mkdir -p "$scratch/root/etc"
+out=$(systemd-sysusers --root="$scratch/root" "$units/smbd.sysusers" 2>&1) || { echo "$out"; status=1; }
+grep -q '^smb:x:[0-9]*:[0-9]*:.*:/usr/sbin/nologin$' "$scratch/root/etc/passwd" ||
+  { echo "smbd.sysusers did not create the smb user:"; cat "$scratch/root/etc/passwd"; status=1; }
+[[ $status == 0 ]] && echo "deploy/systemd: both units verify clean; the smb user is created"
+exit $status
