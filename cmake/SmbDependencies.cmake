@@ -15,6 +15,7 @@ endif()
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)  # HMAC and randomness for authentication
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)  # smbd's config file
+find_package(prometheus-cpp REQUIRED CONFIG)  # smbd --metrics
 # sd_notify for systemd's Type=notify (deploy/systemd/): optional, smbd runs
 # the same without it, only the service manager is not told it is ready.
 pkg_check_modules(SYSTEMD IMPORTED_TARGET libsystemd)

@@ -20,6 +20,8 @@ PACKAGES=(
   # smbd as a service: its TOML config file, sd_notify, and systemd's tools
   # that check the units (systemd-analyze, systemd-sysusers)
   libtomlplusplus-dev libsystemd-dev systemd
+  # smbd --metrics (prometheus-cpp), and the parser its test reads them with
+  prometheus-cpp-dev python3-prometheus-client
   # tests, and the fuzz targets (clang's libFuzzer, ASan, UBSan)
   libgtest-dev libgmock-dev clang libclang-rt-14-dev
   # scripts (free-port lookup, process tools), and the benchmarks' TCP reference

@@ -29,6 +29,7 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
       versions_(io, registry),
       barriers_(io),
       workers_(std::max(1u, std::thread::hardware_concurrency())),
+      metrics_sampler_(io),
       accept_retry_(io) {
   acceptor_.open(listen.protocol());
   acceptor_.set_option(tcp::acceptor::reuse_address(true));
@@ -39,6 +40,34 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
 ControlServer::~ControlServer() { workers_.join(); }
 
 void ControlServer::start() { accept(); }
+
+void ControlServer::serve_metrics(const std::string& listen, const transport::ServerTraffic* traffic) {
+  traffic_ = traffic;
+  metrics_.serve(listen);
+  sample_metrics();
+}
+
+// On the io thread, where the registry and the sessions are kept.
+void ControlServer::sample_metrics() {
+  const auto stats = registry_.stats();
+  Metrics::Sample now;
+  now.capacity = stats.capacity;
+  now.used = stats.used;
+  now.largest_free = stats.largest_free;
+  now.clients = clients_.load();
+  now.buffers = stats.buffer_count;
+  for (const auto& b : registry_.buffers("", Metrics::kMaxBufferSeries).items) now.buffer_bytes.emplace_back(b.name, b.bytes);
+  if (traffic_ != nullptr) {
+    now.transport_bytes_written = traffic_->bytes_written.load(std::memory_order_relaxed);
+    now.transport_bytes_read = traffic_->bytes_read.load(std::memory_order_relaxed);
+    now.transport_atomics = traffic_->atomics.load(std::memory_order_relaxed);
+  }
+  metrics_.sample(now);
+  metrics_sampler_.expires_after(std::chrono::seconds(1));
+  metrics_sampler_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) sample_metrics();
+  });
+}
 
 void ControlServer::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
@@ -102,12 +131,13 @@ void ControlServer::shutdown() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   accept_retry_.cancel();
+  metrics_sampler_.cancel();
   for (const auto& s : std::set(sessions_)) s->close();
 }
 
 void ControlServer::serve(SessionId session, std::uint16_t type, std::span<const std::uint8_t> body,
                           transport::Bytes payload, ReplyFn reply) {
-  reply = reply_once(std::move(reply));
+  reply = reply_once(metrics_.timed(type, std::move(reply)));
   guarded(type, reply, [&] {
     const Route& route = route_for(type, kControl);
     dispatch(route, Request{session, type, kControl, protocol::decode_body(body), std::move(payload)}, reply, true);

@@ -42,10 +42,14 @@ class ControlServer {
   // A new --auth-token-file secret (SIGHUP), for the next hellos; sessions
   // already in keep theirs. On the event loop, as the hellos are.
   void set_auth_secret(std::string secret) { limits_.auth_secret = std::move(secret); }
+  // Serves Prometheus metrics on HOST:PORT (metrics.hpp); `traffic`: the
+  // transport's totals, or null. Throws smb::Error when it cannot listen.
+  void serve_metrics(const std::string& listen, const transport::ServerTraffic* traffic);
 
  private:
   void accept();
   void accept_failed(const boost::system::error_code& ec);
+  void sample_metrics();
   // Runs the request's handler where its route says (message_routes.hpp).
   // `on_io_thread`: the caller runs on the io thread (sessions) or not (calls).
   void dispatch(const Route& route, Request request, ReplyFn reply, bool on_io_thread);
@@ -66,7 +70,11 @@ class ControlServer {
   // Vector ops run here, off the io thread, so that one large op does not
   // stall every other client's control requests.
   boost::asio::thread_pool workers_;
-  Services services_{io_, workers_, handler_, coordination_, versions_, barriers_};
+  Metrics metrics_;
+  Services services_{io_, metrics_, workers_, handler_, coordination_, versions_, barriers_};
+  // Samples the gauges of metrics_ once a second while they are served.
+  boost::asio::steady_timer metrics_sampler_;
+  const transport::ServerTraffic* traffic_ = nullptr;
   std::set<std::shared_ptr<ControlSession>> sessions_;  // touched only on the io thread
   SessionId next_session_ = 1;
   // Accept errors (EMFILE...) are retried after a growing pause and logged

@@ -45,9 +45,9 @@ void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload,
       header.type == static_cast<std::uint16_t>(MessageType::barrier_call))
     return serve_fixed_call(header, std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize),
                             std::move(payload), std::move(respond));
-  ReplyFn reply = reply_once([respond, header](protocol::Body r) {
+  ReplyFn reply = reply_once(metrics_.timed(header.type, [respond, header](protocol::Body r) {
     respond(protocol::encode_reply(header.type, header.request_id, r));
-  });
+  }));
   guarded(header.type, reply, [&] {
     const Route& route = route_for(header.type, kCall);
     auto body = protocol::decode_body(std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize));
@@ -62,7 +62,9 @@ void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<c
   const auto type = static_cast<MessageType>(header.type);
   // Passed on by reference or copy until nothing can throw: a failure
   // below still answers through it.
-  const VersionReplyFn reply = [respond = std::move(respond), type, id = header.request_id](protocol::FixedReply answer) {
+  const VersionReplyFn reply = [this, respond = std::move(respond), type, id = header.request_id,
+                                start = std::chrono::steady_clock::now()](protocol::FixedReply answer) {
+    metrics_.request(static_cast<std::uint16_t>(type), answer.code, std::chrono::steady_clock::now() - start);
     respond(protocol::encode_fixed_reply(type, id, answer));
   };
   try {

@@ -140,6 +140,10 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
                    smb::transport::ServerTuning{.busy_poll = options.poll,
                                                               .spin = std::chrono::microseconds(options.spin_us)});
   control->start();
+  if (!options.metrics.empty()) {
+    control->serve_metrics(options.metrics, transport->traffic());
+    spdlog::info("metrics on http://{}/metrics", options.metrics);
+  }
 
   smb::server::ServiceNotifier notifier(io);
   asio::signal_set signals(io, SIGINT, SIGTERM);

@@ -8,6 +8,7 @@
 // with another message's reply).
 #include "barriers.hpp"
 #include "coordination.hpp"
+#include "metrics.hpp"
 #include "request_handler.hpp"
 #include "version_waits.hpp"
 
@@ -33,6 +34,7 @@ enum class RunsOn {
 // What handlers reach.
 struct Services {
   boost::asio::io_context& io;
+  Metrics& metrics;
   boost::asio::thread_pool& workers;
   RequestHandler& requests;
   Coordination& coordination;

@@ -53,6 +53,8 @@ void add_options(CLI::App& app, SmbdOptions& options) {
       ->capture_default_str();
   app.add_option("--log-file", options.log_file,
                  "Append the log to this file instead of stderr; SIGHUP reopens it (for logrotate)");
+  app.add_option("--metrics", options.metrics,
+                 "Serve Prometheus metrics (GET /metrics) on HOST:PORT, e.g. 0.0.0.0:9470 (docs/operations.md)");
   auto* limits = "Limits (what one client may take; see docs/reliability.md)";
   app.add_option("--max-connections", options.connections.max_connections,
                  "Control connections at once (0: from the open-file limit)")
@@ -124,6 +126,7 @@ CheckedOptions check_options(SmbdOptions& options) {
   checked.capacity = parse_size(options.capacity);
   if (checked.capacity > protocol::kMaxServerCapacity)
     throw Error(Errc::invalid_argument, "--capacity " + options.capacity + " is more than the 256 TiB one smbd can lend");
+  if (!options.metrics.empty()) util::parse_host_port(options.metrics, /*allow_zero_port=*/false);
   options.connections.hello_timeout = seconds_flag(options.hello_timeout_s, "--hello-timeout");
   options.connections.frame_timeout = seconds_flag(options.frame_timeout_s, "--frame-timeout");
   return checked;

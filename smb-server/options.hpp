@@ -25,6 +25,7 @@ struct SmbdOptions {
   unsigned spin_us = 50;
   std::string log_level = "info";
   std::string log_file;  // empty: stderr (the journal under systemd)
+  std::string metrics;   // HOST:PORT for Prometheus; empty: not served
   double hello_timeout_s = 10;
   double frame_timeout_s = 30;
   std::string auth_token_file;

@@ -49,6 +49,7 @@ void after_gap(Services& s, std::uint16_t type, VectorRequest r, const OrderGap&
 }  // namespace
 
 void run_vector_op(Services& s, std::uint16_t type, VectorRequest r, VectorDone done) {
+  s.metrics.vector_op(r.op, r.type, r.count * element_size(r.type));
   if (work_bytes(r) <= kInlineVectorBytes) {
     std::optional<protocol::FixedReply> answer;
     try {

@@ -22,6 +22,7 @@
 
 #include <smb/error.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -101,6 +102,16 @@ struct ServerTuning {
   std::chrono::microseconds spin{50};
 };
 
+// What a server's transport moved for clients through the server's own
+// CPU: server-assisted reads, writes and atomics (UCX active messages).
+// One-sided RMA never reaches the server's CPU and is not in here. Running
+// totals, read by smbd's metrics (any thread).
+struct ServerTraffic {
+  std::atomic<std::uint64_t> bytes_written{0};
+  std::atomic<std::uint64_t> bytes_read{0};
+  std::atomic<std::uint64_t> atomics{0};
+};
+
 class ServerTransport {
  public:
   virtual ~ServerTransport() = default;
@@ -122,6 +133,9 @@ class ServerTransport {
   // `resolver`, and calls go to `calls`.
   virtual void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning) = 0;
   virtual void stop() = 0;
+  // What it moved through the server's CPU; null for a transport whose
+  // clients only use one-sided ops.
+  virtual const ServerTraffic* traffic() const { return nullptr; }
 };
 
 // A segment attached on the client side (an unpacked remote key).

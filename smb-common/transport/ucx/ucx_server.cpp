@@ -235,6 +235,7 @@ ucs_status_t UcxServerTransport::on_write(void* arg, const void* header, std::si
     return UCS_OK;
   }
   std::byte* dst = access.base + h.offset;
+  self->traffic_.bytes_written.fetch_add(length, std::memory_order_relaxed);
   if (!rndv) {
     std::memcpy(dst, data, length);
     self->send_reply(param->reply_ep, h.token, Errc::ok, nullptr, 0, {});
@@ -307,6 +308,7 @@ void UcxServerTransport::serve_read(const void* header, std::size_t header_lengt
     send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
     return;
   }
+  traffic_.bytes_read.fetch_add(h.length, std::memory_order_relaxed);
   // Zero-copy from the segment; `owner` keeps it alive until the send completes.
   send_reply(param->reply_ep, h.token, Errc::ok, access.base + h.offset, h.length, access.owner, 0, {}, protocol);
 }
@@ -329,6 +331,7 @@ ucs_status_t UcxServerTransport::on_atomic(void* arg, const void* header, std::s
     return UCS_OK;
   }
   const std::uint64_t old = apply_atomic(request, access);
+  self->traffic_.atomics.fetch_add(1, std::memory_order_relaxed);
   self->send_reply(param->reply_ep, h.token, Errc::ok, nullptr, sizeof old, {}, old);
   return UCS_OK;
 }

@@ -50,6 +50,7 @@ class UcxServerTransport final : public ServerTransport {
   std::unique_ptr<Registration> register_memory(void* base, std::size_t length) override;
   void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning) override;
   void stop() override;
+  const ServerTraffic* traffic() const override { return &traffic_; }
 
  private:
   static ucs_status_t on_write(void* arg, const void* header, std::size_t header_length, void* data,
@@ -95,6 +96,7 @@ class UcxServerTransport final : public ServerTransport {
   // progress thread's; an entry goes when its count is back to 0).
   std::map<ucp_ep_h, ReplyBacklog> backlogs_;
   bool warned_backlog_ = false;
+  ServerTraffic traffic_;
   util::ServiceThread thread_;  // last: stopped before the members its loop uses go
 };
 
