@@ -22,6 +22,9 @@ PACKAGES=(
   libtomlplusplus-dev libsystemd-dev systemd
   # smbd --metrics (prometheus-cpp), and the parser its test reads them with
   prometheus-cpp-dev python3-prometheus-client
+  # deploy/: the Slurm script is checked with shellcheck, the manifests
+  # read with a real YAML parser
+  shellcheck python3-yaml
   # tests, and the fuzz targets (clang's libFuzzer, ASan, UBSan)
   libgtest-dev libgmock-dev clang libclang-rt-14-dev
   # scripts (free-port lookup, process tools), and the benchmarks' TCP reference
