@@ -359,6 +359,15 @@ void ClientCore::stat_of(const std::string& s, ServerStatus& st) {
       st.largest_free = protocol::get_u64(r, "largest_free", "stat");
       st.huge_pages = protocol::get_bool(r, "huge_pages", "stat");
       st.clients = static_cast<std::uint32_t>(protocol::get_u64(r, "clients", "stat"));
+      if (r.contains("activity")) {  // servers before 0.1.0's metrics do not say
+        const auto& a = r.at("activity");
+        st.activity = ServerActivity{protocol::get_u64(a, "requests", "stat"),
+                                     protocol::get_u64(a, "errors", "stat"),
+                                     protocol::get_u64(a, "vector_ops", "stat"),
+                                     protocol::get_u64(a, "vector_bytes", "stat"),
+                                     protocol::get_u64(a, "transport_bytes_written", "stat"),
+                                     protocol::get_u64(a, "transport_bytes_read", "stat")};
+      }
       first = false;
     }
     for (const auto& b : r.value("buffers", Body::array()))

@@ -24,7 +24,7 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
       acceptor_(io),
       registry_(registry),
       limits_(limits),
-      handler_(registry, identity, clients_),
+      handler_(registry, identity, clients_, metrics_),
       coordination_(io, quotas.locks),
       versions_(io, registry),
       barriers_(io),
@@ -41,8 +41,7 @@ ControlServer::~ControlServer() { workers_.join(); }
 
 void ControlServer::start() { accept(); }
 
-void ControlServer::serve_metrics(const std::string& listen, const transport::ServerTraffic* traffic) {
-  traffic_ = traffic;
+void ControlServer::serve_metrics(const std::string& listen) {
   metrics_.serve(listen);
   sample_metrics();
 }
@@ -57,11 +56,6 @@ void ControlServer::sample_metrics() {
   now.clients = clients_.load();
   now.buffers = stats.buffer_count;
   for (const auto& b : registry_.buffers("", Metrics::kMaxBufferSeries).items) now.buffer_bytes.emplace_back(b.name, b.bytes);
-  if (traffic_ != nullptr) {
-    now.transport_bytes_written = traffic_->bytes_written.load(std::memory_order_relaxed);
-    now.transport_bytes_read = traffic_->bytes_read.load(std::memory_order_relaxed);
-    now.transport_atomics = traffic_->atomics.load(std::memory_order_relaxed);
-  }
   metrics_.sample(now);
   metrics_sampler_.expires_after(std::chrono::seconds(1));
   metrics_sampler_.async_wait([this](const boost::system::error_code& ec) {

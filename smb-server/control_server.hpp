@@ -42,9 +42,11 @@ class ControlServer {
   // A new --auth-token-file secret (SIGHUP), for the next hellos; sessions
   // already in keep theirs. On the event loop, as the hellos are.
   void set_auth_secret(std::string secret) { limits_.auth_secret = std::move(secret); }
-  // Serves Prometheus metrics on HOST:PORT (metrics.hpp); `traffic`: the
-  // transport's totals, or null. Throws smb::Error when it cannot listen.
-  void serve_metrics(const std::string& listen, const transport::ServerTraffic* traffic);
+  // What smbd counts (metrics.hpp): reported by `stat`, and served to
+  // Prometheus by serve_metrics (HOST:PORT; throws smb::Error when it
+  // cannot listen there).
+  Metrics& metrics() { return metrics_; }
+  void serve_metrics(const std::string& listen);
 
  private:
   void accept();
@@ -63,6 +65,7 @@ class ControlServer {
   Registry& registry_;
   ConnectionLimits limits_;
   std::atomic<std::uint32_t> clients_{0};
+  Metrics metrics_;
   RequestHandler handler_;
   Coordination coordination_;  // deferred replies: locks, barriers
   VersionWaits versions_;      // deferred replies: version waits
@@ -70,11 +73,9 @@ class ControlServer {
   // Vector ops run here, off the io thread, so that one large op does not
   // stall every other client's control requests.
   boost::asio::thread_pool workers_;
-  Metrics metrics_;
   Services services_{io_, metrics_, workers_, handler_, coordination_, versions_, barriers_};
   // Samples the gauges of metrics_ once a second while they are served.
   boost::asio::steady_timer metrics_sampler_;
-  const transport::ServerTraffic* traffic_ = nullptr;
   std::set<std::shared_ptr<ControlSession>> sessions_;  // touched only on the io thread
   SessionId next_session_ = 1;
   // Accept errors (EMFILE...) are retried after a growing pause and logged

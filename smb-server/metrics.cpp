@@ -110,8 +110,10 @@ ReplyFn Metrics::timed(std::uint16_t type, ReplyFn reply) {
 void Metrics::request(std::uint16_t type, Errc code, std::chrono::steady_clock::duration took) {
   if (type >= kTypes || requests_[type] == nullptr) return;
   requests_[type]->Increment();
+  requests_total_.fetch_add(1, std::memory_order_relaxed);
   latency_[type]->Observe(std::chrono::duration<double>(took).count());
   if (code != Errc::ok) {
+    errors_total_.fetch_add(1, std::memory_order_relaxed);
     std::string error = errc_name(code);  // "not found" -> not_found, as label values usually are
     std::replace(error.begin(), error.end(), ' ', '_');
     errors_->Add({{"message", protocol::message_name(type)}, {"error", error}}).Increment();
@@ -121,8 +123,23 @@ void Metrics::request(std::uint16_t type, Errc code, std::chrono::steady_clock::
 void Metrics::vector_op(VectorOp op, DType dtype, std::uint64_t bytes) {
   const auto o = static_cast<std::size_t>(op), d = static_cast<std::size_t>(dtype);
   if (o >= kOps || d >= kDTypes || vector_ops_[o][d] == nullptr) return;
+  vector_ops_total_.fetch_add(1, std::memory_order_relaxed);
+  vector_bytes_total_.fetch_add(bytes, std::memory_order_relaxed);
   vector_ops_[o][d]->Increment();
   vector_bytes_[o][d]->Increment(static_cast<double>(bytes));
+}
+
+Metrics::Totals Metrics::totals() const {
+  Totals t;
+  t.requests = requests_total_.load(std::memory_order_relaxed);
+  t.errors = errors_total_.load(std::memory_order_relaxed);
+  t.vector_ops = vector_ops_total_.load(std::memory_order_relaxed);
+  t.vector_bytes = vector_bytes_total_.load(std::memory_order_relaxed);
+  if (traffic_ != nullptr) {
+    t.transport_bytes_written = traffic_->bytes_written.load(std::memory_order_relaxed);
+    t.transport_bytes_read = traffic_->bytes_read.load(std::memory_order_relaxed);
+  }
+  return t;
 }
 
 void Metrics::sample(const Sample& now) {
@@ -136,9 +153,11 @@ void Metrics::sample(const Sample& now) {
     if (total > seen) counter->Increment(static_cast<double>(total - seen));
     seen = total;
   };
-  advance(transport_written_, now.transport_bytes_written, seen_written_);
-  advance(transport_read_, now.transport_bytes_read, seen_read_);
-  advance(transport_atomics_, now.transport_atomics, seen_atomics_);
+  if (traffic_ != nullptr) {
+    advance(transport_written_, traffic_->bytes_written.load(std::memory_order_relaxed), seen_written_);
+    advance(transport_read_, traffic_->bytes_read.load(std::memory_order_relaxed), seen_read_);
+    advance(transport_atomics_, traffic_->atomics.load(std::memory_order_relaxed), seen_atomics_);
+  }
 
   std::set<std::string> present;
   for (const auto& [name, bytes] : now.buffer_bytes) {

@@ -13,11 +13,13 @@
 // Counters are updated where requests are served (any thread); the gauges
 // are sampled from the event loop once a second (ControlServer).
 #include "replies.hpp"
+#include "transport/transport.hpp"
 
 #include <smb/error.hpp>
 #include <smb/vector_ops.hpp>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -46,6 +48,10 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
+  // The transport's running totals (null: it moves nothing through smbd's
+  // CPU). Set once, before requests are served.
+  void count_traffic(const transport::ServerTraffic* traffic) { traffic_ = traffic; }
+
   // Starts serving /metrics on HOST:PORT. Throws smb::Error(unreachable)
   // when it cannot listen there.
   void serve(const std::string& listen);
@@ -59,15 +65,21 @@ class Metrics {
   struct Sample {
     std::uint64_t capacity = 0, used = 0, largest_free = 0, clients = 0, buffers = 0;
     std::vector<std::pair<std::string, std::uint64_t>> buffer_bytes;
-    // The transport's running totals (transport::ServerTraffic).
-    std::uint64_t transport_bytes_written = 0, transport_bytes_read = 0, transport_atomics = 0;
   };
   void sample(const Sample& now);
+
+  // Running totals since start, for `stat` (smbctl top computes rates).
+  struct Totals {
+    std::uint64_t requests = 0, errors = 0, vector_ops = 0, vector_bytes = 0;
+    std::uint64_t transport_bytes_written = 0, transport_bytes_read = 0;
+  };
+  Totals totals() const;
 
  private:
   static constexpr std::size_t kTypes = 64;   // message types (protocol/messages.hpp) fit below
   static constexpr std::size_t kOps = 8, kDTypes = 10;
 
+  const transport::ServerTraffic* traffic_ = nullptr;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::array<prometheus::Counter*, kTypes> requests_{};
@@ -79,6 +91,7 @@ class Metrics {
   std::uint64_t seen_written_ = 0, seen_read_ = 0, seen_atomics_ = 0;
   prometheus::Family<prometheus::Gauge>* buffer_bytes_ = nullptr;
   std::map<std::string, prometheus::Gauge*> buffer_series_;  // sampled on the event loop only
+  std::atomic<std::uint64_t> requests_total_{0}, errors_total_{0}, vector_ops_total_{0}, vector_bytes_total_{0};
 };
 
 }  // namespace smb::server

@@ -179,6 +179,18 @@ Body RequestHandler::destroy(SessionId, const Body& req) {
   return protocol::ok_reply();
 }
 
+namespace {
+// What the server did since it started (smbctl top turns it into rates).
+Body activity_body(const Metrics::Totals& t) {
+  return {{"requests", t.requests},
+          {"errors", t.errors},
+          {"vector_ops", t.vector_ops},
+          {"vector_bytes", t.vector_bytes},
+          {"transport_bytes_written", t.transport_bytes_written},
+          {"transport_bytes_read", t.transport_bytes_read}};
+}
+}  // namespace
+
 Body RequestHandler::stat(SessionId, const Body& req) {
   const char* what = "stat";
   const auto s = registry_.stats();
@@ -194,7 +206,8 @@ Body RequestHandler::stat(SessionId, const Body& req) {
                      {"largest_free", s.largest_free},
                      {"huge_pages", s.huge_pages},
                      {"clients", clients_.load()},
-                     {"buffer_count", s.buffer_count}},
+                     {"buffer_count", s.buffer_count},
+                     {"activity", activity_body(metrics_.totals())}},
                     "buffers", page, std::move(buffers));
 }
 

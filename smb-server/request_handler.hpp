@@ -2,6 +2,7 @@
 // The requests answered at once, each by its own method (routed by the table
 // in message_routes.cpp). A method returns the ok reply or throws smb::Error
 // naming what was wrong; the caller turns that into an error reply.
+#include "metrics.hpp"
 #include "protocol/messages.hpp"
 #include "registry.hpp"
 #include "replies.hpp"
@@ -22,8 +23,9 @@ struct ServerIdentity {
 
 class RequestHandler {
  public:
-  RequestHandler(Registry& registry, const ServerIdentity& identity, const std::atomic<std::uint32_t>& clients)
-      : registry_(registry), identity_(identity), clients_(clients) {}
+  RequestHandler(Registry& registry, const ServerIdentity& identity, const std::atomic<std::uint32_t>& clients,
+                 const Metrics& metrics)
+      : registry_(registry), identity_(identity), clients_(clients), metrics_(metrics) {}
 
   using Body = protocol::Body;
   Body hello(SessionId session, const Body& request);
@@ -58,6 +60,7 @@ class RequestHandler {
   Registry& registry_;
   const ServerIdentity& identity_;
   const std::atomic<std::uint32_t>& clients_;
+  const Metrics& metrics_;
 };
 
 }  // namespace smb::server

@@ -92,6 +92,18 @@ struct BufferSummary {
   std::uint32_t open_handles = 0;
 };
 
+/// What a server did since it started: running totals, so that two
+/// status() calls give rates (smbctl top). One-sided RMA never reaches the
+/// server and is not counted.
+struct ServerActivity {
+  std::uint64_t requests = 0;      ///< requests answered (control and data-path calls)
+  std::uint64_t errors = 0;        ///< of which answered with an error
+  std::uint64_t vector_ops = 0;    ///< vector ops applied by its CPU
+  std::uint64_t vector_bytes = 0;  ///< bytes of buffer they covered
+  std::uint64_t transport_bytes_written = 0;  ///< written through its CPU (active messages)
+  std::uint64_t transport_bytes_read = 0;     ///< read through its CPU
+};
+
 struct ServerStatus {
   std::string address;
   /// false: the server could not be reached (error says why) and the
@@ -106,6 +118,7 @@ struct ServerStatus {
   bool huge_pages = false;
   std::uint32_t clients = 0;
   std::vector<BufferSummary> buffers;
+  ServerActivity activity;
 };
 
 /// What Client::repair did to one buffer.

@@ -9,7 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
+#include <sstream>
+#include <thread>
 
 namespace {
 
@@ -89,6 +92,68 @@ TEST_P(ToolsTest, SmbctlStatusJsonShowsPerServerUsedBytes) {
     total += s.value("used", 0ull);
   }
   EXPECT_EQ(doc["total"].value("used", 0ull), total);
+}
+
+// smbctl top: per-server rates from two looks at the servers' running
+// totals, while a client applies vector ops; smbctl status --watch: one JSON
+// document per refresh.
+TEST_P(ToolsTest, SmbctlTopShowsRatesAndStatusWatchRefreshes) {
+  auto client = make_client();
+  auto buffer = client.create("top", 1 << 20);
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> applied{0};
+  std::vector<float> ones(1024, 1.0f);
+  std::thread load([&] {
+    while (!stop) {
+      buffer.apply(smb::VectorOp::accumulate, smb::DType::f32, 0, ones.size(), 1.0, std::as_bytes(std::span(ones)));
+      ++applied;
+    }
+  });
+  const auto r = run_smbctl({"top", "--json", "--interval", "0.5", "--iterations", "2"});
+  stop = true;
+  load.join();
+  ASSERT_TRUE(r.status.success()) << r.describe();
+  std::vector<json> frames;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) frames.push_back(json::parse(line));
+  ASSERT_EQ(frames.size(), 2u) << r.out;
+  ASSERT_EQ(frames[1]["servers"].size(), static_cast<std::size_t>(server_count())) << r.out;
+  EXPECT_FALSE(frames[0]["servers"][0].contains("requests_per_s")) << "no rate from one look: " << r.out;
+  double vector_ops = 0, requests = 0;
+  for (const auto& s : frames[1]["servers"]) {
+    vector_ops += s.value("vector_ops_per_s", 0.0);
+    requests += s.value("requests_per_s", 0.0);
+  }
+  EXPECT_GT(applied.load(), 0u);
+  EXPECT_GT(vector_ops, 0.0) << r.out;
+  EXPECT_GE(requests, vector_ops) << r.out;
+
+  const auto w = run_smbctl({"status", "--watch", "--json", "--interval", "0.2", "-n", "3"});
+  ASSERT_TRUE(w.status.success()) << w.describe();
+  std::istringstream docs(w.out);
+  int count = 0;
+  for (std::string line; std::getline(docs, line); ++count)
+    EXPECT_EQ(json::parse(line)["servers"].size(), static_cast<std::size_t>(server_count())) << line;
+  EXPECT_EQ(count, 3) << w.out;
+}
+
+// smb-bench's progress bar: drawn on a terminal (a pseudo-terminal made by
+// script(1)) for a run longer than half a second, never when piped.
+TEST_P(ToolsTest, BenchShowsProgressOnATerminalOnly) {
+  // Over TCP: slow enough (about 2 GB/s here) that 3.8 GB take seconds.
+  if (GetParam().label != "ucx_tcp" || GetParam().servers > 1)
+    GTEST_SKIP() << "the terminal handling is the same on every fabric: tested on ucx_tcp_1server";
+  const std::string command = smb_bench_path() + " --servers " + server_list() +
+                              " --op write --size 64M --iters 60 --name progress";
+  const auto on_terminal = run_tool("/usr/bin/script", {"-qec", command, "/dev/null"}, std::chrono::seconds(120));
+  ASSERT_TRUE(on_terminal.status.success()) << on_terminal.describe();
+  EXPECT_NE(on_terminal.out.find("write ["), std::string::npos) << on_terminal.out;
+  EXPECT_NE(on_terminal.out.find("ETA"), std::string::npos) << on_terminal.out;
+  EXPECT_NE(on_terminal.out.find("\x1b[K"), std::string::npos) << "the bar is erased before the report";
+  const auto piped = run_bench({"--op", "write", "--size", "64M", "--iters", "20", "--name", "progress"});
+  ASSERT_TRUE(piped.status.success()) << piped.describe();
+  EXPECT_EQ(piped.err.find("ETA"), std::string::npos) << piped.err;
+  EXPECT_EQ(piped.out.find("ETA"), std::string::npos) << piped.out;
 }
 
 // The small-op latency benchmarks: compare-and-swap increments verified by

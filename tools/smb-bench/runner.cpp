@@ -2,6 +2,7 @@
 
 #include "bench_buffer.hpp"
 #include "fetch_add.hpp"
+#include "progress.hpp"
 #include "sync_ops.hpp"
 #include "transfer.hpp"
 #include "vector_op.hpp"
@@ -49,7 +50,11 @@ constexpr std::chrono::milliseconds kSyncTimeout{60'000};
 void run_vector_phase(BenchBuffer& bench, const Options& o, Report& report) {
   Buffer& buffer = bench.buffer();
   if (o.verify && bench.created()) zero_elements(buffer, o);
-  report.phase = run_vector_op(buffer, o);
+  {
+    ProgressBar bar(std::string(op_name(o.op)), o.size / element_size(o.dtype) * element_size(o.dtype) * o.iters,
+                    ProgressBar::wanted(o.json));
+    report.phase = run_vector_op(buffer, o);
+  }
   if (!o.verify) return;
   if (!bench.created()) return;  // others may have updated an existing buffer: nothing to compare with
   report.value = check_elements(buffer, o, expected_value(o));
@@ -66,7 +71,10 @@ void run_transfer_phase(BenchBuffer& bench, const Options& o, Report& report) {
   plan.threads = o.threads;
   plan.pattern = o.verify;
   if (o.register_memory) plan.registrar = &bench.client();
-  report.phase = run_transfer(bench.buffer(), plan);
+  {
+    ProgressBar bar(o.op == Op::write ? "write" : "read", o.size * o.iters, ProgressBar::wanted(o.json));
+    report.phase = run_transfer(bench.buffer(), plan);
+  }
   if (!o.verify) return;
   if (plan.direction == Direction::write) {  // read it all back, untimed
     plan.direction = Direction::read;

@@ -1,5 +1,7 @@
 #include "transfer.hpp"
 
+#include "progress.hpp"
+
 #include "parallel.hpp"
 #include "pattern.hpp"
 
@@ -114,6 +116,7 @@ class Worker {
         static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()));
     ++result_.ops;
     result_.bytes += slot.length;
+    progress_add(slot.length);
     if (plan_.direction == Direction::read && plan_.pattern) check(slot);
   }
 

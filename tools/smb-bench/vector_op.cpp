@@ -1,5 +1,7 @@
 #include "vector_op.hpp"
 
+#include "progress.hpp"
+
 #include "parallel.hpp"
 #include "../common/vector_elements.hpp"
 
@@ -44,6 +46,7 @@ PhaseResult run_vector_op(Buffer& buffer, const Options& o) {
             static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()));
         ++result.ops;
         result.bytes += bytes;
+        progress_add(bytes);
       }
     }
   });

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <iostream>
 #include <map>
 #include <ostream>
 #include <optional>
@@ -14,7 +15,14 @@
 
 namespace smb::smbctl {
 
-bool show_status(Client& client, bool json);              // smbctl status
+// smbctl status; `compact`: JSON on one line (--watch prints one per refresh).
+bool show_status(Client& client, bool json, std::ostream& out = std::cout, bool compact = false);
+// smbctl status --watch, smbctl top: refreshed every `every` until killed, or
+// `iterations` times (watch.cpp).
+void watch_status(const ClientOptions& options, bool json, std::chrono::milliseconds every,
+                  std::optional<unsigned> iterations);
+void show_top(const ClientOptions& options, bool json, std::chrono::milliseconds every,
+              std::optional<unsigned> iterations);
 bool list_buffers(Client& client, bool json);             // smbctl ls
 bool show_info(Client& client, const std::string& name, bool json);      // smbctl info NAME
 void remove_buffer(Client& client, const std::string& name, bool json);  // smbctl rm NAME

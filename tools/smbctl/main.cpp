@@ -2,6 +2,7 @@
 //   smbctl [--servers LIST] [--json] status | ls | info NAME | rm NAME | dump NAME --dtype T
 //                                   | save NAME FILE | load FILE [NAME]
 //                                   | repair [NAME] [--watch [--interval S]]
+//                                   | status --watch | top  [--interval S] [--iterations N]
 // Exit status: 0 success, 1 a libsmb error, 2 a usage error, 3 the fabric is
 // degraded (status, ls, info: a server unreachable or a buffer's share lost;
 // repair: a buffer still degraded after it; what could be seen is still printed).
@@ -33,6 +34,19 @@ int main(int argc, char** argv) {
 
   std::string name;
   auto* status = app.add_subcommand("status", "capacity, use, clients and buffers of every server");
+  bool status_watch = false;
+  double refresh_s = 2;
+  std::optional<unsigned> iterations;
+  const auto refresh_options = [&](CLI::App* command) {
+    command->add_option("--interval", refresh_s, "seconds between refreshes (default 2)")
+        ->check(CLI::Range(0.1, 86400.0));
+    command->add_option("--iterations,-n", iterations, "refresh this many times, then exit (default: until stopped)")
+        ->check(CLI::PositiveNumber);
+  };
+  status->add_flag("--watch", status_watch, "refresh every --interval seconds, until stopped");
+  refresh_options(status);
+  auto* top = app.add_subcommand("top", "live per-server rates (requests, vector ops, bytes), clients and use");
+  refresh_options(top);
   auto* ls = app.add_subcommand("ls", "list the buffers: size, stripe unit, servers");
   auto* info = app.add_subcommand("info", "the layout of one buffer: its servers and their shares");
   info->add_option("name", name, "buffer name")->required();
@@ -82,6 +96,15 @@ int main(int argc, char** argv) {
 
   bool degraded = false;
   try {
+    const auto every = std::chrono::milliseconds(static_cast<long>(refresh_s * 1000));
+    if (status->parsed() && (status_watch || iterations)) {
+      smb::smbctl::watch_status(options, json, every, iterations);
+      return 0;
+    }
+    if (top->parsed()) {
+      smb::smbctl::show_top(options, json, every, iterations);
+      return 0;
+    }
     if (repair->parsed() && watch)
       smb::smbctl::watch_repairs(options, name, json, std::chrono::milliseconds(static_cast<long>(interval * 1000)));
     smb::Client client(std::move(options));

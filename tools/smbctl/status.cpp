@@ -31,7 +31,7 @@ nlohmann::json to_json(const ServerStatus& s) {
           {"buffers", std::move(buffers)}};
 }
 
-void print_human(const std::vector<ServerStatus>& servers) {
+void print_human(const std::vector<ServerStatus>& servers, std::ostream& out) {
   Table table({"SERVER", "TRANSPORT", "CAPACITY", "USED", "LARGEST FREE", "HUGE PAGES", "CLIENTS",
                "BUFFERS"});
   for (std::size_t c : {2u, 3u, 4u, 6u, 7u}) table.align_right(c);
@@ -56,26 +56,25 @@ void print_human(const std::vector<ServerStatus>& servers) {
     capacity += s.capacity;
     used += s.used;
   }
-  table.print(std::cout);
-  std::cout << "total: " << servers.size() << " server(s)";
-  if (!unreachable.empty()) std::cout << " (" << unreachable.size() << " unreachable)";
-  std::cout << ", capacity " << util::format_bytes(capacity) << ", used " << bytes_with_percent(used, capacity)
-            << '\n';
-  print_unreachable(unreachable, std::cout);
+  table.print(out);
+  out << "total: " << servers.size() << " server(s)";
+  if (!unreachable.empty()) out << " (" << unreachable.size() << " unreachable)";
+  out << ", capacity " << util::format_bytes(capacity) << ", used " << bytes_with_percent(used, capacity) << '\n';
+  print_unreachable(unreachable, out);
   if (!buffers.empty()) {
-    std::cout << '\n';
-    buffers.print(std::cout);
+    out << '\n';
+    buffers.print(out);
   }
 }
 
 }  // namespace
 
-bool show_status(Client& client, bool json) {
+bool show_status(Client& client, bool json, std::ostream& out, bool compact) {
   const auto servers = client.status();
   const auto unreachable = static_cast<std::size_t>(
       std::count_if(servers.begin(), servers.end(), [](const ServerStatus& s) { return !s.reachable; }));
   if (!json) {
-    print_human(servers);
+    print_human(servers, out);
     return unreachable > 0;
   }
   auto list = nlohmann::json::array();
@@ -90,7 +89,7 @@ bool show_status(Client& client, bool json) {
                         {"degraded", unreachable > 0},
                         {"total", {{"capacity", capacity}, {"used", used}, {"servers", servers.size()},
                                    {"unreachable", unreachable}}}};
-  std::cout << doc.dump(2) << '\n';
+  out << doc.dump(compact ? -1 : 2) << '\n';
   return unreachable > 0;
 }
 

@@ -350,6 +350,13 @@ void bind_records(py::module_& m) {
       .def_readonly("name", &BufferSummary::name)
       .def_readonly("bytes", &BufferSummary::bytes)
       .def_readonly("open_handles", &BufferSummary::open_handles);
+  py::class_<ServerActivity>(m, "ServerActivity")
+      .def_readonly("requests", &ServerActivity::requests)
+      .def_readonly("errors", &ServerActivity::errors)
+      .def_readonly("vector_ops", &ServerActivity::vector_ops)
+      .def_readonly("vector_bytes", &ServerActivity::vector_bytes)
+      .def_readonly("transport_bytes_written", &ServerActivity::transport_bytes_written)
+      .def_readonly("transport_bytes_read", &ServerActivity::transport_bytes_read);
   py::class_<ServerStatus>(m, "ServerStatus")
       .def_readonly("address", &ServerStatus::address)
       .def_readonly("reachable", &ServerStatus::reachable)
@@ -361,7 +368,8 @@ void bind_records(py::module_& m) {
       .def_readonly("largest_free", &ServerStatus::largest_free)
       .def_readonly("huge_pages", &ServerStatus::huge_pages)
       .def_readonly("clients", &ServerStatus::clients)
-      .def_readonly("buffers", &ServerStatus::buffers);
+      .def_readonly("buffers", &ServerStatus::buffers)
+      .def_readonly("activity", &ServerStatus::activity);
 }
 
 }  // namespace

@@ -99,6 +99,12 @@ class MetricsTest(unittest.TestCase):
         self.assertGreater(moved("smb_request_duration_seconds_sum", message="vector_call"), 0)
         self.assertGreaterEqual(moved("smb_requests_total", message="alloc_segment"), 1)
         self.assertGreaterEqual(moved("smb_request_errors_total", message="get_layout", error="not_found"), 1)
+        # The same totals reach clients in status() (smbctl top's rates).
+        activity = self.client.status()[0].activity
+        self.assertGreaterEqual(activity.vector_ops, rounds + 1)
+        self.assertGreaterEqual(activity.vector_bytes, rounds * n * 4 + 16 * 8)
+        self.assertGreaterEqual(activity.errors, 1)
+        self.assertGreaterEqual(activity.requests, activity.vector_ops)
         # Over TCP the whole write and read went through smbd's transport
         # (its totals are sampled once a second).
         def transport_moved(s):
