@@ -139,8 +139,8 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
                    },
                    smb::transport::ServerTuning{.busy_poll = options.poll,
                                                               .spin = std::chrono::microseconds(options.spin_us)});
-  control->start();
   control->metrics().count_traffic(transport->traffic());
+  control->start();
   if (!options.metrics.empty()) {
     control->serve_metrics(options.metrics);
     spdlog::info("metrics on http://{}/metrics", options.metrics);
