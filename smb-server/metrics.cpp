@@ -96,13 +96,7 @@ void Metrics::serve(const std::string& listen) {
 
 ReplyFn Metrics::timed(std::uint16_t type, ReplyFn reply) {
   return [this, type, start = std::chrono::steady_clock::now(), reply = std::move(reply)](protocol::Body body) {
-    const auto ok = body.find("ok");
-    const auto errc = body.find("errc");
-    const Errc code = (ok != body.end() && ok->is_boolean() && !ok->get<bool>() && errc != body.end() &&
-                       errc->is_number_integer())
-                          ? static_cast<Errc>(errc->get<int>())
-                          : Errc::ok;
-    request(type, code, std::chrono::steady_clock::now() - start);
+    request(type, protocol::reply_errc(body), std::chrono::steady_clock::now() - start);
     reply(std::move(body));
   };
 }
@@ -129,8 +123,8 @@ void Metrics::vector_op(VectorOp op, DType dtype, std::uint64_t bytes) {
   vector_bytes_[o][d]->Increment(static_cast<double>(bytes));
 }
 
-Metrics::Totals Metrics::totals() const {
-  Totals t;
+ServerActivity Metrics::totals() const {
+  ServerActivity t;
   t.requests = requests_total_.load(std::memory_order_relaxed);
   t.errors = errors_total_.load(std::memory_order_relaxed);
   t.vector_ops = vector_ops_total_.load(std::memory_order_relaxed);

@@ -15,6 +15,7 @@
 #include "replies.hpp"
 #include "transport/transport.hpp"
 
+#include <smb/client.hpp>
 #include <smb/error.hpp>
 #include <smb/vector_ops.hpp>
 
@@ -69,11 +70,7 @@ class Metrics {
   void sample(const Sample& now);
 
   // Running totals since start, for `stat` (smbctl top computes rates).
-  struct Totals {
-    std::uint64_t requests = 0, errors = 0, vector_ops = 0, vector_bytes = 0;
-    std::uint64_t transport_bytes_written = 0, transport_bytes_read = 0;
-  };
-  Totals totals() const;
+  ServerActivity totals() const;
 
  private:
   static constexpr std::size_t kTypes = 64;   // message types (protocol/messages.hpp) fit below

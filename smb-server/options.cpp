@@ -24,6 +24,8 @@ std::chrono::milliseconds seconds_flag(double seconds, const char* flag) {
 void add_options(CLI::App& app, SmbdOptions& options) {
   app.set_config("--config", "", "Read options from a TOML file (keys as the long flags; see deploy/smbd.toml)");
   app.config_formatter(std::make_shared<TomlConfig>(app));
+  // For --help only: parse_command_line turns `--check-config FILE` into
+  // `--config FILE` before CLI11 sees it, so that the file is read as --config reads it.
   app.add_option("--check-config", options.config_file,
                  "Check this config file (TOML, as --config reads it) and the options in it, then exit: 0 if smbd "
                  "would start with them")

@@ -181,7 +181,7 @@ Body RequestHandler::destroy(SessionId, const Body& req) {
 
 namespace {
 // What the server did since it started (smbctl top turns it into rates).
-Body activity_body(const Metrics::Totals& t) {
+Body activity_body(const ServerActivity& t) {
   return {{"requests", t.requests},
           {"errors", t.errors},
           {"vector_ops", t.vector_ops},

@@ -237,18 +237,24 @@ Body error_reply(Errc code, const std::string& message) {
   return Body{{"ok", false}, {"errc", static_cast<int>(code)}, {"error", message.substr(0, cut) + "...(cut)"}};
 }
 
+Errc reply_errc(const Body& reply) noexcept {
+  const auto ok = reply.find("ok");
+  if (ok == reply.end() || !ok->is_boolean()) return Errc::protocol;
+  if (ok->get<bool>()) return Errc::ok;
+  const auto errc = reply.find("errc");
+  const int code = errc != reply.end() && errc->is_number_integer() ? errc->get<int>() : 0;
+  return code > 0 && code <= static_cast<int>(kLastErrc) ? static_cast<Errc>(code) : Errc::internal;
+}
+
 void throw_if_error(const Body& reply, const std::string& context) {
-  auto ok = reply.find("ok");
-  if (ok == reply.end() || !ok->is_boolean())
+  const Errc code = reply_errc(reply);
+  if (code == Errc::ok) return;
+  if (code == Errc::protocol && !(reply.contains("ok") && reply["ok"].is_boolean()))
     throw Error(Errc::protocol, context + ": reply has no 'ok' field");
-  if (ok->get<bool>()) return;
-  auto errc = reply.find("errc");
-  int code = errc != reply.end() && errc->is_number_integer() ? errc->get<int>() : static_cast<int>(Errc::internal);
-  if (code <= 0 || code > static_cast<int>(kLastErrc)) code = static_cast<int>(Errc::internal);
   std::string message = reply.contains("error") && reply["error"].is_string()
                             ? reply["error"].get<std::string>()
                             : std::string("unspecified error");
-  throw Error(static_cast<Errc>(code), context + ": " + message);
+  throw Error(code, context + ": " + message);
 }
 
 }  // namespace smb::protocol

@@ -115,6 +115,9 @@ Body ok_reply(Body fields = Body::object());
 bool is_ok(const Body& reply);
 // `message` is cut to kMaxErrorLength bytes.
 Body error_reply(Errc code, const std::string& message);
+// The code a reply carries: ok, its errc (internal for one out of range),
+// or protocol for a body without a boolean "ok".
+Errc reply_errc(const Body& reply) noexcept;
 // Throws the Error a reply carries; `context` prefixes its message.
 void throw_if_error(const Body& reply, const std::string& context);
 
