@@ -16,17 +16,18 @@ BufferCore::BufferCore(std::shared_ptr<ClientCore> client, Layout layout,
     : client_(std::move(client)),
       layout_(std::move(layout)),
       name_(std::make_shared<const std::string>(layout_.name)),
-      segments_(std::move(segments)) {
+      segments_(std::make_unique<std::atomic<transport::RemoteSegment*>[]>(segments.size())),
+      links_(std::make_unique<std::atomic<client::ServerLink*>[]>(layout_.servers.size())),
+      owned_segments_(std::move(segments)) {
   for (std::uint32_t r = 0; r < layout_.replicas; ++r) segment_names_.push_back(protocol::segment_name(layout_.name, r));
-  for (const auto& s : layout_.servers) {
-    client::ServerLink* link = nullptr;
+  for (std::size_t i = 0; i < owned_segments_.size(); ++i) segments_[i] = owned_segments_[i].get();
+  for (std::uint32_t i = 0; i < server_count(); ++i) {
     try {
-      link = &client_->link(s);
+      links_[i] = &client_->link(layout_.servers[i]);
     } catch (const Error& e) {
       // A replicated buffer goes on without a server; its copies elsewhere serve.
       if (layout_.replicas == 1 || !client::is_absence(e)) throw;
     }
-    links_.push_back(link);
   }
 }
 
@@ -87,7 +88,7 @@ std::shared_ptr<Request::State> BufferCore::start(const char* op, std::uint64_t 
                                                   std::span<const protocol::StripePiece> pieces) {
   auto state = new_state(op, offset, length);
   for (const auto& p : pieces) {
-    auto* link = links_[p.server];
+    auto* link = link_at(p.server);
     if (std::find(state->links.begin(), state->links.end(), link) != state->links.end()) continue;
     link->check_alive();
     state->links.push_back(link);
@@ -103,10 +104,10 @@ std::shared_ptr<Request::State> BufferCore::start(const char* op, std::uint64_t 
 template <class Issue>
 Request BufferCore::one_piece(const char* op, std::uint64_t offset, std::uint64_t length,
                               const protocol::StripePiece& piece, transport::CompletionPtr completion, Issue issue) {
-  auto* link = links_[piece.server];
+  auto* link = link_at(piece.server);
   link->check_alive();
   completion->expect();
-  issue(*link->channel, *segments_[piece.server], completion);
+  issue(*link->channel, *segment(0, piece.server), completion);
   if (completion->done() && !completion->failed()) return Request(finished_state());
   auto state = new_state(op, offset, length);
   state->completion = std::move(completion);
@@ -130,7 +131,7 @@ Request BufferCore::transfer(const char* op, std::uint64_t offset, std::uint64_t
                        issue(channel, segment, split.front(), completion);
                      });
   auto state = start(op, offset, length, split);
-  for (const auto& p : split) issue(*links_[p.server]->channel, *segments_[p.server], p, state->completion);
+  for (const auto& p : split) issue(*link_at(p.server)->channel, *segment(0, p.server), p, state->completion);
   return Request(state);
 }
 
@@ -196,14 +197,14 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
   const auto piece = protocol::locate(geometry(), offset);
   auto& spare = spare_atomic_word();
   AtomicWord& word = *spare.word;
-  auto* link = links_[piece.server];
+  auto* link = link_at(piece.server);
   link->check_alive();
   word.completion.expect();
-  auto& segment = *segments_[piece.server];
+  auto& remote = *segment(0, piece.server);
   if (compare_swap)
-    link->channel->compare_swap(segment, piece.local_offset, a, b, &word.old, spare.completion);
+    link->channel->compare_swap(remote, piece.local_offset, a, b, &word.old, spare.completion);
   else
-    link->channel->fetch_add(segment, piece.local_offset, a, &word.old, spare.completion);
+    link->channel->fetch_add(remote, piece.local_offset, a, &word.old, spare.completion);
   // On shared memory or a NIC with native atomics the op is usually done here.
   if (!word.completion.done() || word.completion.failed()) {
     auto state = new_state(op, offset, sizeof(std::uint64_t));
@@ -216,13 +217,13 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
 
 void BufferCore::close() {
   std::call_once(closed_, [this] {
+    if (held_) client_->release_held(this, layout_.name);
     for (std::uint32_t r = 0; r < replicas(); ++r)
       for (std::uint32_t s = 0; s < server_count(); ++s) {
         auto& held = segments_[std::size_t{r} * server_count() + s];
-        if (!held) continue;
-        held.reset();
+        if (!held.exchange(nullptr)) continue;
         try {
-          links_[s]->control->call(protocol::MessageType::close_segment, {{"name", segment_names_[r]}});
+          link_at(s)->control->call(protocol::MessageType::close_segment, {{"name", segment_names_[r]}});
         } catch (const Error&) {
           // gone servers dropped the handle already; keep closing the others
         }
@@ -231,7 +232,7 @@ void BufferCore::close() {
 }
 
 bool BufferCore::usable(std::uint32_t replica, std::uint32_t server) {
-  if (segment(replica, server) == nullptr || links_[server] == nullptr || !links_[server]->alive()) return false;
+  if (segment(replica, server) == nullptr || link_at(server) == nullptr || !link_at(server)->alive()) return false;
   std::lock_guard lock(stale_mutex_);
   return !stale_.contains({replica, server});
 }

@@ -73,13 +73,29 @@ ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
 }
 
 ClientCore::~ClientCore() {
+  // Every buffer is closed (each held the client), so each watcher has been
+  // told to stop; one that is this thread (it dropped the last buffer) ends
+  // by itself.
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lock(held_mutex_);
+    for (auto& [home, watcher] : watchers_) threads.push_back(std::move(watcher.thread));
+  }
+  for (auto& thread : threads) {
+    if (!thread.joinable()) continue;
+    if (thread.get_id() == std::this_thread::get_id())
+      thread.detach();
+    else
+      thread.join();
+  }
   std::lock_guard lock(links_mutex_);
-  for (auto& [name, l] : links_) l.channel.reset();  // before the transport goes
+  for (auto& [name, l] : links_) l->channel.reset();  // before the transport goes
+  for (auto& l : retired_links_) l->channel.reset();
 }
 
 client::ServerLink& ClientCore::link(const std::string& server) {
   std::lock_guard lock(links_mutex_);
-  if (auto it = links_.find(server); it != links_.end()) return it->second;
+  if (auto it = links_.find(server); it != links_.end()) return *it->second;
   if (auto it = unreachable_.find(server); it != unreachable_.end()) throw Error(Errc::unreachable, it->second);
   if (!options_.tolerate_unreachable) return connect(server);
   try {
@@ -92,7 +108,8 @@ client::ServerLink& ClientCore::link(const std::string& server) {
 
 // Under links_mutex_.
 client::ServerLink& ClientCore::connect(const std::string& server) {
-  client::ServerLink l;
+  auto made = std::make_unique<client::ServerLink>();
+  auto& l = *made;
   l.control = std::make_unique<client::ControlConnection>(
       server, options_.timeout,
       Body{{"client", "libsmb"}, {"transport", transport_->name()}, {"address", protocol::binary(transport_->address())}},
@@ -101,7 +118,20 @@ client::ServerLink& ClientCore::connect(const std::string& server) {
   if (l.control->hello_reply().contains("instance")) l.instance = protocol::get_u64(l.control->hello_reply(), "instance", "hello");
   l.waits = std::make_unique<client::WaitConnections>(
       server, options_.timeout, Body{{"client", "libsmb-wait"}, {"transport", transport_->name()}}, auth_secret_);
-  return links_.emplace(server, std::move(l)).first->second;
+  return *links_.insert_or_assign(server, std::move(made)).first->second;
+}
+
+client::ServerLink& ClientCore::relink(const std::string& server) {
+  std::lock_guard lock(links_mutex_);
+  if (auto it = links_.find(server); it != links_.end()) {
+    auto& l = *it->second;
+    if (!l.control->broken() && !l.control->peer_closed() && !l.channel->failure()) return l;
+    retired_links_.push_back(std::move(it->second));
+    links_.erase(it);
+  }
+  auto& fresh = connect(server);
+  unreachable_.erase(server);
+  return fresh;
 }
 
 const std::string& ClientCore::home_of(std::string_view name) const {
@@ -177,7 +207,12 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
     }
     throw Error(e.code(), context + ": " + e.what());
   }
-  return attach(layout, descriptors);
+  if (layout.replicas == 1) return attach(layout, descriptors);
+  HoldTicket ticket(*this, name);
+  auto buffer = attach(layout, descriptors);
+  const auto held = hold_record(name, ticket);
+  finish_hold(ticket, buffer, protocol::layout_from_body(held.at("layout"), "hold_layout"));
+  return buffer;
 }
 
 std::uint64_t ClientCore::copy_share(const Layout& layout, std::uint32_t replica, std::size_t server) {
@@ -202,35 +237,22 @@ std::shared_ptr<BufferCore> ClientCore::attach(const Layout& layout,
   return std::make_shared<BufferCore>(shared_from_this(), layout, std::move(segments));
 }
 
-// A replicated buffer's layout changes when a repair ends (its servers'
-// runs): an open waits while a repair runs, and confirms afterwards that
-// none began meanwhile, so that every client with the buffer open either
-// holds it under the layout the repair leaves or is seen by the repair
-// (its handles; repair.cpp) and keeps it from starting.
+// A replicated buffer's open holds its layout record (hold_layout, which
+// waits while a repair pauses its holders): the repair then pauses this
+// client too before its final copy, and the layout it leaves reaches the
+// buffer (repair_watch.cpp).
 std::shared_ptr<BufferCore> ClientCore::open(std::string_view name_view) {
-  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-  for (;;) {
-    auto record = layout_record(name_view);
-    if (!record.repairing) {
-      std::vector<std::pair<std::string, std::string>> opened;  // (server, segment) for an undo
-      auto descriptors = open_segments(record.layout, opened);
-      if (record.layout.replicas == 1) return attach(record.layout, descriptors);
-      auto again = layout_record(name_view);
-      if (!again.repairing && protocol::layout_to_body(again.layout) == protocol::layout_to_body(record.layout))
-        return attach(record.layout, descriptors);
-      for (const auto& [server, segment] : opened) {
-        try {
-          link(server).control->call(MessageType::close_segment, {{"name", segment}});
-        } catch (const Error&) {
-        }
-      }
-    }
-    if (std::chrono::steady_clock::now() > deadline)
-      throw Error(Errc::busy, "open buffer '" + record.layout.name +
-                                  "': it is being repaired (smbctl repair) and was still after " +
-                                  std::to_string(options_.timeout.count()) + " ms; retry when the repair ends");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const std::string name(name_view);
+  protocol::validate_name(name);
+  HoldTicket ticket(*this, name);
+  const auto reply = hold_record(name, ticket);
+  const auto layout = protocol::layout_from_body(reply.at("layout"), "hold_layout");
+  if (layout.replicas > 1) refresh_links(layout, false);
+  std::vector<std::pair<std::string, std::string>> opened;  // (server, segment)
+  const auto descriptors = open_segments(layout, opened);
+  auto buffer = attach(layout, descriptors);
+  if (ticket.held()) finish_hold(ticket, buffer, layout);
+  return buffer;
 }
 
 std::vector<transport::SegmentDescriptor> ClientCore::open_segments(
@@ -395,23 +417,22 @@ std::vector<Layout> ClientCore::list() {
   return out;
 }
 
-Layout ClientCore::info(std::string_view name_view) { return layout_record(name_view).layout; }
-
-ClientCore::LayoutRecord ClientCore::layout_record(std::string_view name_view) {
+Layout ClientCore::info(std::string_view name_view) {
   const std::string name(name_view);
   protocol::validate_name(name);
+  auto reply = home_link(name).control->call(MessageType::get_layout, {{"name", name}});
+  return protocol::layout_from_body(reply["layout"], "get_layout");
+}
+
+client::ServerLink& ClientCore::home_link(const std::string& name) {
   const auto& home = home_of(name);
-  client::ServerLink* l = nullptr;
   try {
-    l = &link(home);
+    return link(home);
   } catch (const Error& e) {
     if (e.code() != Errc::unreachable) throw;
     throw Error(e.code(), "buffer '" + name + "': its layout is kept by its home server " + home +
                               ", which cannot be reached: " + e.what());
   }
-  auto reply = l->control->call(MessageType::get_layout, {{"name", name}});
-  return {protocol::layout_from_body(reply["layout"], "get_layout"),
-          reply.contains("repairing") && protocol::get_bool(reply, "repairing", "get_layout")};
 }
 
 std::vector<ShareState> ClientCore::check(const Layout& layout) {
@@ -451,7 +472,7 @@ std::map<std::string, std::string> ClientCore::unreachable_servers() const {
 std::vector<std::string> ClientCore::describe_paths() {
   std::lock_guard lock(links_mutex_);
   std::vector<std::string> out;
-  for (const auto& [server, l] : links_) out.push_back(server + ": " + l.channel->describe());
+  for (const auto& [server, l] : links_) out.push_back(server + ": " + l->channel->describe());
   return out;
 }
 

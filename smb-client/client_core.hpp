@@ -3,18 +3,21 @@
 // channel) per memory server, and the buffer-level control flows
 // (create/open/destroy) that span servers.
 #include "control_connection.hpp"
+#include "op_gate.hpp"
 #include "wait_connections.hpp"
 #include "protocol/striping.hpp"
 #include "transport/transport.hpp"
 
 #include <smb/client.hpp>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <span>
+#include <thread>
 
 namespace smb {
 
@@ -78,17 +81,23 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Connects on first use, so a layout may name servers this client was not given.
   // With tolerate_unreachable, a server that failed once fails at once after.
   client::ServerLink& link(const std::string& server);
+  // The link, connected anew where the one kept has lost its server (a
+  // server that restarted); the old one is kept for requests that name it.
+  client::ServerLink& relink(const std::string& server);
+
+  // Online repair (repair_watch.cpp). An open or create of a replicated
+  // buffer holds its layout record at the home (hold_layout), so that a
+  // repair pauses this client's writes to it for its final copy; a watcher
+  // thread per home answers those pauses.
+  void release_held(const BufferCore* buffer, const std::string& name);
   const std::string& home_of(std::string_view name) const;
   transport::ClientTransport& transport() { return *transport_; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   const std::vector<std::string>& servers() const { return sorted_servers_; }
 
  private:
-  struct LayoutRecord {
-    Layout layout;
-    bool repairing = false;  // a repair holds it (repair.cpp): opens wait
-  };
-  LayoutRecord layout_record(std::string_view name);
+  // The home server's link, or an error naming the buffer whose layout it keeps.
+  client::ServerLink& home_link(const std::string& name);
   // Opens every present copy's segment, adding each to `opened`.
   std::vector<transport::SegmentDescriptor> open_segments(const Layout& layout,
                                                           std::vector<std::pair<std::string, std::string>>& opened);
@@ -97,14 +106,6 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   client::ServerLink& connect(const std::string& server);
   void stat_of(const std::string& server, ServerStatus& out);
   void note_unreachable(const std::string& server, const Error& e);
-  // Repair (repair.cpp): throws busy while other clients hold the buffer's
-  // segments on the `present` servers; rebuilds one copy, returns its bytes.
-  // `count_mine`: this client's own handles count too (before the repair opened any).
-  void refuse_if_open(const Layout& layout, const std::vector<bool>& present, bool count_mine);
-  std::uint64_t rebuild_copy(const Layout& layout, std::uint32_t replica, std::size_t target,
-                             std::uint32_t source_replica, std::size_t source,
-                             std::vector<std::pair<std::string, std::string>>& opened,
-                             std::vector<std::pair<std::string, std::string>>& allocated);
   // Throws Errc::data_lost where a server of `layout` restarted since it was made.
   void check_not_lost(const Layout& layout, const std::string& context);
   // Throws Errc::data_lost where no copy of some stripes is `present`.
@@ -116,13 +117,59 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
  private:
 
+  // Holding (repair_watch.cpp): hold_layout at `name`'s home, waiting while
+  // a repair's pause runs; then the open attaches and calls finish_hold.
+  // The ticket covers the time between: a pause answered meanwhile is
+  // applied by finish_hold (its layout adopted, its gate closed).
+  class HoldTicket;
+  protocol::Body hold_record(const std::string& name, HoldTicket& ticket);
+  void finish_hold(HoldTicket& ticket, const std::shared_ptr<BufferCore>& buffer, const Layout& held_layout);
+  void start_watcher(const std::string& home);
+  static void watch_home(std::weak_ptr<ClientCore> self, std::string home);
+  bool answer_pause(const std::string& home, client::ControlConnection& connection, std::uint64_t holder,
+                    const protocol::Body& ask);
+  // Relinks the servers whose run in `layout` differs from the one our dead link knew.
+  void refresh_links(const Layout& layout, bool every_dead);
+
+  struct Held {
+    std::vector<std::pair<const BufferCore*, std::weak_ptr<BufferCore>>> buffers;
+    std::uint32_t opening = 0;    // opens between hold_layout and finish_hold
+    bool paused = false;          // a repair's pause holds the gates
+    std::optional<Layout> latest;  // the layout the last pause ended with
+  };
+  struct Watcher {
+    std::thread thread;
+    bool running = false;
+  };
+  std::mutex held_mutex_;
+  std::map<std::string, Held> held_;         // by buffer name
+  std::map<std::string, Watcher> watchers_;  // by home server
+
   ClientOptions options_;
   std::string auth_secret_;  // from options_.auth_token_file (protocol/auth.hpp); empty: none
   std::vector<std::string> sorted_servers_;
   std::unique_ptr<transport::ClientTransport> transport_;
   mutable std::mutex links_mutex_;
-  std::map<std::string, client::ServerLink> links_;
+  std::map<std::string, std::unique_ptr<client::ServerLink>> links_;
+  std::vector<std::unique_ptr<client::ServerLink>> retired_links_;  // relinked: requests may still name them
   std::map<std::string, std::string> unreachable_;  // with tolerate_unreachable: server -> why
+};
+
+// One open's hold, from before hold_layout to finish_hold (repair_watch.cpp).
+class ClientCore::HoldTicket {
+ public:
+  HoldTicket(ClientCore& client, std::string name);
+  ~HoldTicket();  // unfinished: the hold (if taken) is released
+  HoldTicket(const HoldTicket&) = delete;
+  HoldTicket& operator=(const HoldTicket&) = delete;
+  bool held() const { return held_; }
+
+ private:
+  friend class ClientCore;
+  ClientCore& client_;
+  std::string name_;
+  bool held_ = false;      // the home holds it for us
+  bool finished_ = false;  // the buffer owns the hold now
 };
 
 class BufferCore : public std::enable_shared_from_this<BufferCore> {
@@ -135,6 +182,13 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   // (with replicas) cannot be reached.
 
   const Layout& layout() const { return layout_; }
+  // Online repair (repair_watch.cpp): the gate a repair's final copy pauses,
+  // and the layout it leaves: copies on servers whose run changed are opened
+  // there and used from now on.
+  client::OpGate& gate() { return gate_; }
+  void adopt(const Layout& layout);
+  // This open holds the layout record (hold_layout): close releases it.
+  void set_held() { held_ = true; }
   Request write(std::uint64_t offset, std::span<const std::byte> data);
   Request read(std::uint64_t offset, std::span<std::byte> out);
   std::uint64_t atomic(bool compare_swap, std::uint64_t offset, std::uint64_t a, std::uint64_t b);
@@ -157,8 +211,9 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
     return protocol::copy_server(position, replica, server_count());
   }
   transport::RemoteSegment* segment(std::uint32_t replica, std::uint32_t server) const {
-    return segments_[std::size_t{replica} * server_count() + server].get();
+    return segments_[std::size_t{replica} * server_count() + server].load(std::memory_order_acquire);
   }
+  client::ServerLink* link_at(std::uint32_t server) const { return links_[server].load(std::memory_order_acquire); }
   // Whether copy r on `server` can take ops: held there, server alive, not
   // left behind by its primary (stale_).
   bool usable(std::uint32_t replica, std::uint32_t server);
@@ -212,9 +267,16 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   Layout layout_;
   std::shared_ptr<const std::string> name_;  // layout_.name, shared with requests' error texts
   std::vector<std::string> segment_names_;   // per copy: its segments' name on the servers
-  std::vector<std::unique_ptr<transport::RemoteSegment>> segments_;  // per copy and server; null: none
-  std::vector<client::ServerLink*> links_;  // per layout server; null: unreachable (replicated buffers)
-  std::mutex stale_mutex_;
+  // Ops read these without a lock while a repair's end (adopt) may set
+  // them: atomic slots, and the segments owned apart (those replaced too,
+  // as a request may still name one).
+  std::unique_ptr<std::atomic<transport::RemoteSegment*>[]> segments_;  // per copy and server; null: none
+  std::unique_ptr<std::atomic<client::ServerLink*>[]> links_;  // per layout server; null: unreachable (replicated)
+  std::vector<std::unique_ptr<transport::RemoteSegment>> owned_segments_;  // under stale_mutex_
+  client::OpGate gate_;
+  bool held_ = false;
+  std::mutex adopt_mutex_;  // one adopt at a time
+  std::mutex stale_mutex_;  // also guards owned_segments_ and layout_.instances
   std::set<std::pair<std::uint32_t, std::uint32_t>> stale_;  // (copy, server) left behind by its primary
   std::once_flag closed_;
 };

@@ -63,7 +63,7 @@ std::vector<std::uint64_t> BufferCore::server_versions() {
   for (std::uint32_t p = 0; p < server_count(); ++p)
     if (layout_.shares[p] != 0) {  // a server busy with an op answers when it ends, within the client's timeout
       const auto r = replicas() == 1 ? 0 : first_usable(p, "version");
-      calls.add_version_call(*links_[replica_server(p, r)], protocol::VersionCallKind::get, segment_names_[r], 0,
+      calls.add_version_call(*link_at(replica_server(p, r)), protocol::VersionCallKind::get, segment_names_[r], 0,
                              client_->timeout());
     }
   return calls.finish_versions();
@@ -77,7 +77,7 @@ std::uint64_t BufferCore::wait_version(std::uint64_t version, std::chrono::milli
   for (std::uint32_t p = 0; p < server_count(); ++p)
     if (layout_.shares[p] != 0) {
       const auto r = replicas() == 1 ? 0 : first_usable(p, "wait for version");
-      calls.add_version_call(*links_[replica_server(p, r)], protocol::VersionCallKind::wait, segment_names_[r], version,
+      calls.add_version_call(*link_at(replica_server(p, r)), protocol::VersionCallKind::wait, segment_names_[r], version,
                              timeout);
     }
   return least_of(calls.finish_versions());

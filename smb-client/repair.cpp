@@ -2,12 +2,14 @@
 // restarted server lost, each from its other copy, and records the server's
 // new run in the layout (docs/reliability.md, "Repair").
 //
-// A repair holds the buffer's layout record (begin_repair) from the start to
-// the layout's update: opens wait meanwhile, and an open that began before
-// confirms the record afterwards (client_core.cpp), so every client that has
-// the buffer open has its handles on the copies before the repair looks for
-// them. Writers write only the copies they know of, so a buffer open
-// elsewhere is refused (busy) rather than copied under them.
+// Clients that have the buffer open keep writing the copies they know of
+// (not the new one) while it is copied, so the copy runs in passes, as a
+// live migration does: the whole copy first, then, comparing the two copies'
+// digests (computed by their servers), the chunks that changed meanwhile,
+// until few change; then the repair pauses every client that holds the
+// buffer (repair_pauses.hpp, repair_watch.cpp), recopies what still
+// differs, gives the copy its source's version, and ends by recording the
+// server's new run, which the paused clients adopt as they go on.
 #include "client_core.hpp"
 
 #include "protocol/layout_codec.hpp"
@@ -17,6 +19,8 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <cstring>
+#include <future>
 
 namespace smb {
 
@@ -28,6 +32,13 @@ namespace {
 // Bytes per read and write while copying, and chunks being read or written at once.
 constexpr std::uint64_t kRepairChunk = 4u << 20;
 constexpr std::size_t kChunksInFlight = 4;
+// Bytes per digest: what a pass recopies where one byte changed.
+constexpr std::uint64_t kDigestChunk = 1u << 20;
+constexpr std::size_t kDigestBytes = 16;  // XXH3-128 (smbd's Registry::digest)
+// Passes that recopy what clients changed while the copy ran, before the
+// pause; they stop early once a pass finds at most 1/16 of the bytes changed.
+constexpr int kCatchUpPasses = 4;
+constexpr std::uint64_t kSmallEnough = 16;
 
 // One copy to rebuild: copy `replica` on layout server `target`, from copy
 // `source_replica` on server `source`.
@@ -39,45 +50,74 @@ struct Rebuild {
   std::uint64_t length = 0;
 };
 
-}  // namespace
+struct Range {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
 
-// Every present server's handles on the buffer's segments: a client with
-// the buffer open would write only the copies it knows of. Before the
-// repair opened any, this client's own count too (a Buffer it holds).
-void ClientCore::refuse_if_open(const Layout& layout, const std::vector<bool>& present, bool count_mine) {
-  std::string users;
-  bool mine = false;
-  for (std::size_t i = 0; i < layout.servers.size(); ++i) {
-    if (!present[i]) continue;
-    std::uint64_t sessions = 0;
-    for (std::uint32_t r = 0; r < layout.replicas; ++r) {
-      if (copy_share(layout, r, i) == 0) continue;
-      auto reply = link(layout.servers[i]).control->call(
-          MessageType::segment_users, {{"name", protocol::segment_name(layout.name, r)}});
-      sessions = std::max(sessions, protocol::get_u64(reply, "sessions", "segment_users"));
-      mine = mine || (count_mine && reply.contains("mine") && protocol::get_u64(reply, "mine", "segment_users") > 0);
-    }
-    if (sessions > 0) users += (users.empty() ? "" : ", ") + std::to_string(sessions) + " on " + layout.servers[i];
-  }
-  if (!users.empty())
-    throw Error(Errc::busy, "it is open in other clients (" + users +
-                                "): close it there and retry (a buffer in use cannot be repaired yet)");
-  if (mine) throw Error(Errc::busy, "this client has it open: close it first (a buffer in use cannot be repaired yet)");
+// Ranges of at most kRepairChunk covering [0, length).
+std::vector<Range> whole(std::uint64_t length) {
+  std::vector<Range> out;
+  for (std::uint64_t at = 0; at < length; at += kRepairChunk) out.push_back({at, std::min(kRepairChunk, length - at)});
+  return out;
 }
+
+std::uint64_t total(const std::vector<Range>& ranges) {
+  std::uint64_t sum = 0;
+  for (const auto& r : ranges) sum += r.length;
+  return sum;
+}
+
+// The digests of a copy's segment, kDigestChunk bytes each, computed by its server.
+std::vector<std::uint8_t> digests(client::ServerLink& l, const std::string& segment, std::uint64_t length) {
+  std::vector<std::uint8_t> out;
+  constexpr std::uint64_t kPerCall = protocol::kMaxDigests * kDigestChunk;
+  for (std::uint64_t at = 0; at < length; at += kPerCall) {
+    const auto n = std::min(kPerCall, length - at);
+    auto reply = l.control->call(MessageType::segment_digest,
+                                 {{"name", segment}, {"offset", at}, {"length", n}, {"chunk", kDigestChunk}});
+    const auto got = protocol::get_binary(reply, "digests", "segment_digest");
+    if (got.size() != (n + kDigestChunk - 1) / kDigestChunk * kDigestBytes)
+      throw Error(Errc::protocol, "server " + l.control->peer() + ": " + std::to_string(got.size()) +
+                                      " bytes of digests for " + std::to_string(n) + " bytes of '" + segment + "'");
+    out.insert(out.end(), got.begin(), got.end());
+  }
+  return out;
+}
+
+// A copy being rebuilt: the segment made for it and the one it copies.
+struct CopyJob {
+  client::ServerLink* to = nullptr;
+  client::ServerLink* from = nullptr;
+  std::string target_name, source_name;
+  std::unique_ptr<transport::RemoteSegment> target, source;
+  std::uint64_t length = 0;
+};
+
+CopyJob prepare_copy(ClientCore& core, const Layout& layout, std::uint32_t replica, std::size_t target,
+                     std::uint32_t source_replica, std::size_t source,
+                     std::vector<std::pair<std::string, std::string>>& opened,
+                     std::vector<std::pair<std::string, std::string>>& allocated);
+std::vector<Range> differing(CopyJob& job);
+void copy_ranges(ClientCore& core, CopyJob& job, const std::vector<Range>& ranges);
+
+}  // namespace
 
 RepairReport ClientCore::repair(std::string_view name_view) {
   const std::string name(name_view);
   protocol::validate_name(name);
   const auto started = std::chrono::steady_clock::now();
   const std::string context = "repair buffer '" + name + "'";
-  auto& home = link(home_of(name));
+  auto& home = home_link(name);
   auto reply = home.control->call(MessageType::begin_repair, {{"name", name}});
   const auto layout = protocol::layout_from_body(reply["layout"], "begin_repair");
   const auto n = layout.servers.size();
 
   // Until end_repair the record is ours; whatever fails undoes what was made.
   std::vector<std::pair<std::string, std::string>> opened, allocated;  // (server, segment)
+  std::vector<CopyJob> jobs;
   const auto release = [&](bool destroy_allocated) {
+    jobs.clear();
     for (const auto& [server, segment] : opened) {
       try {
         link(server).control->call(MessageType::close_segment, {{"name", segment}});
@@ -95,10 +135,12 @@ RepairReport ClientCore::repair(std::string_view name_view) {
 
   RepairReport report;
   report.name = name;
+  std::optional<std::chrono::steady_clock::time_point> paused_at;
   try {
     if (layout.replicas == 1)
       throw Error(Errc::invalid_argument, "it has one copy: nothing to rebuild a lost share from (make buffers that "
                                           "must survive a server with replicas = 2)");
+    refresh_links(layout, true);  // a server that restarted since this client last reached it
     const auto states = check(layout);
     std::vector<bool> present(n);
     std::vector<std::size_t> restarted;
@@ -123,14 +165,45 @@ RepairReport ClientCore::repair(std::string_view name_view) {
         }
       }
     if (!rebuilds.empty()) {
-      refuse_if_open(layout, present, true);
       for (const auto& rebuild : rebuilds) {
-        report.bytes += rebuild_copy(layout, rebuild.replica, rebuild.target, rebuild.source_replica, rebuild.source,
-                                     opened, allocated);
+        jobs.push_back(prepare_copy(*this, layout, rebuild.replica, rebuild.target, rebuild.source_replica, rebuild.source,
+                                    opened, allocated));
         report.repaired.push_back({layout.servers[rebuild.target], rebuild.replica, layout.servers[rebuild.source],
                                    rebuild.length});
       }
-      refuse_if_open(layout, present, false);  // opens wait for us: none can have come (a client of an older libsmb might)
+      std::uint64_t bytes = 0;
+      for (auto& job : jobs) {
+        copy_ranges(*this, job, whole(job.length));
+        report.bytes += job.length;
+        bytes += job.length;
+      }
+      // Clients wrote the source meanwhile: recopy what changed until little does.
+      const auto recopy = [&] {
+        std::uint64_t changed = 0;
+        for (auto& job : jobs) {
+          const auto ranges = differing(job);
+          copy_ranges(*this, job, ranges);
+          changed += total(ranges);
+        }
+        report.bytes += changed;
+        report.recopied += changed;
+        return changed;
+      };
+      for (int pass = 0; pass < kCatchUpPasses; ++pass)
+        if (recopy() <= bytes / kSmallEnough) break;
+      // The final pass, with every client that holds the buffer paused.
+      paused_at = std::chrono::steady_clock::now();
+      const auto pause_limit = options_.timeout + std::chrono::seconds(5);
+      auto paused = home.control->call(
+          MessageType::pause_holders,
+          {{"name", name}, {"timeout_ms", static_cast<std::uint64_t>(pause_limit.count())}}, pause_limit);
+      report.clients_paused = protocol::get_u64(paused, "holders", "pause_holders");
+      recopy();
+      for (auto& job : jobs) {
+        const auto version = protocol::get_u64(
+            job.from->control->call(MessageType::get_version, {{"name", job.source_name}}), "version", "get_version");
+        job.to->control->call(MessageType::set_version, {{"name", job.target_name}, {"version", version}});
+      }
     }
     release(false);
     opened.clear();
@@ -140,63 +213,88 @@ RepairReport ClientCore::repair(std::string_view name_view) {
       for (const auto x : restarted) instances[x] = link(layout.servers[x]).instance;
       end["instances"] = instances;
     }
-    home.control->call(MessageType::end_repair, end);
+    home.control->call(MessageType::end_repair, end);  // the paused clients go on, with the rebuilt copies
   } catch (const Error& e) {
     release(true);
     try {
       home.control->call(MessageType::end_repair, {{"name", name}});
     } catch (const Error&) {
-      // Our session's end releases the record too.
+      // Our session's end releases the record (and the paused clients) too.
     }
     throw Error(e.code(), context + ": " + e.what());
   }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const auto ended = std::chrono::steady_clock::now();
+  if (paused_at) report.paused_seconds = std::chrono::duration<double>(ended - *paused_at).count();
+  report.seconds = std::chrono::duration<double>(ended - started).count();
   if (!report.repaired.empty())
-    spdlog::debug("{}: {} copies rebuilt, {} in {:.2f} s", context, report.repaired.size(),
-                 util::format_bytes(report.bytes), report.seconds);
+    spdlog::debug("{}: {} copies rebuilt, {} in {:.2f} s ({} recopied, {} clients paused {:.3f} s)", context,
+                  report.repaired.size(), util::format_bytes(report.bytes), report.seconds,
+                  util::format_bytes(report.recopied), report.clients_paused, report.paused_seconds);
   return report;
 }
 
-// Copies one copy's segment from its other copy, a few chunks in flight,
-// then gives it the source's version (vector ops
-// on the copies are ordered by it: replicated_io.cpp).
-std::uint64_t ClientCore::rebuild_copy(const Layout& layout, std::uint32_t replica, std::size_t target,
-                                       std::uint32_t source_replica, std::size_t source,
-                                       std::vector<std::pair<std::string, std::string>>& opened,
-                                       std::vector<std::pair<std::string, std::string>>& allocated) {
-  const auto length = copy_share(layout, replica, target);
-  const auto target_name = protocol::segment_name(layout.name, replica);
-  const auto source_name = protocol::segment_name(layout.name, source_replica);
-  auto& to = link(layout.servers[target]);
-  auto& from = link(layout.servers[source]);
+namespace {
 
-  // A segment already there is what an interrupted repair left: the layout
-  // names an earlier run of this server, so no client holds it.
-  const Body alloc{{"name", target_name}, {"length", length}};
+// Makes the segment of copy `replica` on `target` (a new one: one there is
+// what an interrupted repair left, which no client uses) and opens its source.
+CopyJob prepare_copy(ClientCore& core, const Layout& layout, std::uint32_t replica, std::size_t target,
+                     std::uint32_t source_replica, std::size_t source,
+                     std::vector<std::pair<std::string, std::string>>& opened,
+                     std::vector<std::pair<std::string, std::string>>& allocated) {
+  CopyJob job;
+  job.length = ClientCore::copy_share(layout, replica, target);
+  job.target_name = protocol::segment_name(layout.name, replica);
+  job.source_name = protocol::segment_name(layout.name, source_replica);
+  job.to = &core.link(layout.servers[target]);
+  job.from = &core.link(layout.servers[source]);
+  const Body alloc{{"name", job.target_name}, {"length", job.length}};
   Body made;
   try {
-    made = to.control->call(MessageType::alloc_segment, alloc);
+    made = job.to->control->call(MessageType::alloc_segment, alloc);
   } catch (const Error& e) {
     if (e.code() != Errc::already_exists) throw;
-    to.control->call(MessageType::destroy, {{"name", target_name}});
-    made = to.control->call(MessageType::alloc_segment, alloc);
+    job.to->control->call(MessageType::destroy, {{"name", job.target_name}});
+    made = job.to->control->call(MessageType::alloc_segment, alloc);
   }
-  allocated.emplace_back(layout.servers[target], target_name);
-  opened.emplace_back(layout.servers[target], target_name);
-  auto target_segment = to.channel->attach(client::segment_from(made, "alloc_segment"));
-  auto source_reply = from.control->call(MessageType::open_segment, {{"name", source_name}});
-  opened.emplace_back(layout.servers[source], source_name);
-  auto source_segment = from.channel->attach(client::segment_from(source_reply, "open_segment"));
-  if (source_segment->descriptor().length != length)
+  allocated.emplace_back(layout.servers[target], job.target_name);
+  opened.emplace_back(layout.servers[target], job.target_name);
+  job.target = job.to->channel->attach(client::segment_from(made, "alloc_segment"));
+  auto source_reply = job.from->control->call(MessageType::open_segment, {{"name", job.source_name}});
+  opened.emplace_back(layout.servers[source], job.source_name);
+  job.source = job.from->channel->attach(client::segment_from(source_reply, "open_segment"));
+  if (job.source->descriptor().length != job.length)
     throw Error(Errc::protocol, "server " + layout.servers[source] + ": its copy is " +
-                                    std::to_string(source_segment->descriptor().length) + " bytes, the layout says " +
-                                    std::to_string(length));
-  const auto version =
-      protocol::get_u64(from.control->call(MessageType::get_version, {{"name", source_name}}), "version", "get_version");
+                                    std::to_string(job.source->descriptor().length) + " bytes, the layout says " +
+                                    std::to_string(job.length));
+  return job;
+}
 
+// Where the two copies differ, by their servers' digests (both computed at
+// once), in ranges of adjacent chunks.
+std::vector<Range> differing(CopyJob& job) {
+  auto source = std::async(std::launch::async, [&] { return digests(*job.from, job.source_name, job.length); });
+  const auto target = digests(*job.to, job.target_name, job.length);
+  const auto expected = source.get();
+  std::vector<Range> out;
+  for (std::uint64_t k = 0; k * kDigestChunk < job.length; ++k) {
+    if (std::memcmp(&expected[k * kDigestBytes], &target[k * kDigestBytes], kDigestBytes) == 0) continue;
+    const auto offset = k * kDigestChunk;
+    const auto length = std::min(kDigestChunk, job.length - offset);
+    if (!out.empty() && out.back().offset + out.back().length == offset && out.back().length + length <= kRepairChunk)
+      out.back().length += length;
+    else
+      out.push_back({offset, length});
+  }
+  return out;
+}
+
+// Copies `ranges` (each at most kRepairChunk) from the source to the
+// target, a few in flight: each is read while the reads after it run, then
+// written; its slot is reused once that write completed.
+void copy_ranges(ClientCore& core, CopyJob& job, const std::vector<Range>& ranges) {
   const auto transfer = [&](client::ServerLink& l, const char* op, std::uint64_t offset, std::uint64_t bytes) {
     auto state = std::make_shared<Request::State>();
-    state->client = shared_from_this();
+    state->client = core.shared_from_this();
     state->links.push_back(&l);
     state->what = [op, offset, bytes, server = l.control->peer()] {
       return std::string(op) + " of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
@@ -205,8 +303,6 @@ std::uint64_t ClientCore::rebuild_copy(const Layout& layout, std::uint32_t repli
     state->completion->expect();
     return state;
   };
-  // A ring of chunks: chunk k is read while the reads after it run, then
-  // written; its slot is reused once that write completed.
   struct Slot {
     std::vector<std::byte> bytes;
     Request read, write;
@@ -215,27 +311,27 @@ std::uint64_t ClientCore::rebuild_copy(const Layout& layout, std::uint32_t repli
   std::array<Slot, kChunksInFlight> ring;
   const auto write_out = [&](Slot& slot) {
     slot.read.wait();
-    auto put = transfer(to, "write", slot.offset, slot.bytes.size());
-    to.channel->put(*target_segment, slot.offset, slot.bytes.data(), slot.bytes.size(), put->completion);
+    auto put = transfer(*job.to, "write", slot.offset, slot.bytes.size());
+    job.to->channel->put(*job.target, slot.offset, slot.bytes.data(), slot.bytes.size(), put->completion);
     slot.write = Request(put);
     slot.read = Request();
   };
-  for (std::uint64_t offset = 0, k = 0; offset < length; offset += kRepairChunk, ++k) {
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
     auto& slot = ring[k % ring.size()];
     if (slot.read.valid()) write_out(slot);  // the oldest chunk: written before its slot is reused
     if (slot.write.valid()) slot.write.wait();
-    slot.offset = offset;
-    slot.bytes.resize(std::min(kRepairChunk, length - offset));
-    auto read = transfer(from, "read", offset, slot.bytes.size());
-    from.channel->get(*source_segment, offset, slot.bytes.data(), slot.bytes.size(), read->completion);
+    slot.offset = ranges[k].offset;
+    slot.bytes.resize(ranges[k].length);
+    auto read = transfer(*job.from, "read", slot.offset, slot.bytes.size());
+    job.from->channel->get(*job.source, slot.offset, slot.bytes.data(), slot.bytes.size(), read->completion);
     slot.read = Request(read);
   }
   for (auto& slot : ring)
     if (slot.read.valid()) write_out(slot);
   for (auto& slot : ring)
     if (slot.write.valid()) slot.write.wait();
-  to.control->call(MessageType::set_version, {{"name", target_name}, {"version", version}});
-  return length;
 }
+
+}  // namespace
 
 }  // namespace smb

@@ -83,12 +83,13 @@ void start_shares(std::map<std::uint32_t, ServerShare>& by_server, std::vector<S
 std::shared_ptr<Request::State> BufferCore::new_state_on(const char* op, std::uint64_t offset, std::uint64_t length,
                                                          std::uint32_t server) const {
   auto state = new_state(op, offset, length);
-  state->links.push_back(links_[server]);
+  state->links.push_back(link_at(server));
   return state;
 }
 
 Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::byte> data) {
   check_range("write", offset, data.size());
+  const client::OpGate::Pass pass(gate_);  // a repair's final copy waits for this write to land
   const auto split = pieces(offset, data.size());
   std::map<std::uint32_t, ServerShare> by_server;
   for (std::size_t i = 0; i < split.size(); ++i) {
@@ -105,9 +106,10 @@ Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::
   start_shares(
       by_server, *shares, [&](std::uint32_t s) { return new_state_on("write", offset, data.size(), s); },
       [&](std::uint32_t s, std::size_t i, std::uint32_t r, const transport::CompletionPtr& completion) {
-        links_[s]->channel->put(*segment(r, s), split[i].local_offset, data.data() + split[i].request_offset,
+        link_at(s)->channel->put(*segment(r, s), split[i].local_offset, data.data() + split[i].request_offset,
                                 split[i].length, completion);
       });
+  for (const auto& share : *shares) gate_.track(share.state->completion, link_at(share.server));
   auto state = new_state("write", offset, data.size());
   // The request keeps this buffer's state (copies, links) while it runs.
   state->composite = [self = shared_from_this(), shares, pieces = split.size(), name = name_, offset, length = data.size()](bool wait) {
@@ -160,7 +162,7 @@ Request BufferCore::read_replicated(std::uint64_t offset, std::span<std::byte> o
         by_server, plan->shares, [&](std::uint32_t s) { return new_state_on("read", offset, length, s); },
         [&](std::uint32_t s, std::size_t i, std::uint32_t r, const transport::CompletionPtr& completion) {
           const auto& p = plan->split[i];
-          links_[s]->channel->get(*segment(r, s), p.local_offset, out.data() + p.request_offset, p.length, completion);
+          link_at(s)->channel->get(*segment(r, s), p.local_offset, out.data() + p.request_offset, p.length, completion);
         });
   };
   std::vector<std::size_t> all(plan->split.size());
@@ -188,6 +190,7 @@ Request BufferCore::read_replicated(std::uint64_t offset, std::span<std::byte> o
 
 std::uint64_t BufferCore::fetch_add_replicated(std::uint64_t offset, std::uint64_t value) {
   const char* op = "fetch-add";  // atomic() checked the range and alignment
+  const client::OpGate::Pass pass(gate_);
   const auto piece = protocol::locate(geometry(), offset);
   // The transport writes the old value when the op completes: the word
   // lives as long as the completion does, even after a wait gave up on it.
@@ -207,7 +210,7 @@ std::uint64_t BufferCore::fetch_add_replicated(std::uint64_t offset, std::uint64
     Copy copy{r, new_state_on(op, offset, sizeof(std::uint64_t), s), std::make_shared<Word>()};
     copy.state->completion = transport::CompletionPtr(copy.word, &copy.word->completion);
     copy.state->completion->expect();
-    links_[s]->channel->fetch_add(*segment(r, s), piece.local_offset, value, &copy.word->old, copy.state->completion);
+    link_at(s)->channel->fetch_add(*segment(r, s), piece.local_offset, value, &copy.word->old, copy.state->completion);
     copies.push_back(std::move(copy));
   }
   if (copies.empty()) first_usable(piece.server, op);  // throws: no copy left
@@ -234,6 +237,7 @@ std::uint64_t BufferCore::fetch_add_replicated(std::uint64_t offset, std::uint64
 // (it is then the only one, so its arrival order is the order).
 void BufferCore::apply_replicated(const VectorCallArgs& args, const std::map<std::uint32_t, VectorPart>& parts,
                                   const std::function<std::string()>& what) {
+  const client::OpGate::Pass pass(gate_);
   struct PartRun {
     std::uint32_t position = 0;
     const VectorPart* part = nullptr;
@@ -304,10 +308,10 @@ void BufferCore::apply_replicated(const VectorCallArgs& args, const std::map<std
 }
 
 bool BufferCore::primary_answers(std::uint32_t position) {
-  if (links_[position] == nullptr || !links_[position]->alive()) return false;
+  if (link_at(position) == nullptr || !link_at(position)->alive()) return false;
   try {
     client::ServerCalls probe(client_, "probe of copy 0");
-    probe.add_version_call(*links_[position], protocol::VersionCallKind::get, segment_names_[0], 0, client_->timeout());
+    probe.add_version_call(*link_at(position), protocol::VersionCallKind::get, segment_names_[0], 0, client_->timeout());
     probe.finish_versions();
     return true;
   } catch (const Error& e) {

@@ -69,8 +69,8 @@ void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint6
   // Copies of one part are split alike, so that their calls pair up (replicas).
   std::uint64_t chunk = UINT64_MAX;
   if (inline_x)
-    for (auto* link : links_)
-      if (link != nullptr) chunk = std::min<std::uint64_t>(chunk, client::ServerCalls::max_payload(*link) / esize * esize);
+    for (std::uint32_t s = 0; s < server_count(); ++s)
+      if (auto* link = link_at(s)) chunk = std::min<std::uint64_t>(chunk, client::ServerCalls::max_payload(*link) / esize * esize);
   const VectorCallArgs args{op, type, alpha, chunk, needs_source(op) ? source : nullptr, source_shift};
   if (replicas() > 1) return apply_replicated(args, parts, what);
   client::ServerCalls calls(client_, what);
@@ -81,7 +81,7 @@ void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint6
 void BufferCore::add_vector_calls(client::ServerCalls& calls, const VectorCallArgs& args, std::uint32_t position,
                                   const VectorPart& part, std::uint32_t replica,
                                   const std::vector<std::uint64_t>* orders) const {
-  auto& link = *links_[replica_server(position, replica)];
+  auto& link = *link_at(replica_server(position, replica));
   const std::uint64_t esize = element_size(args.type);
   const std::uint64_t chunk = std::min(args.chunk, part.length);
   std::size_t k = 0;

@@ -28,6 +28,7 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
       coordination_(io, quotas.locks),
       versions_(io, registry),
       barriers_(io),
+      pauses_(io, registry),
       workers_(std::max(1u, std::thread::hardware_concurrency())),
       metrics_sampler_(io),
       accept_retry_(io) {
@@ -117,6 +118,7 @@ void ControlServer::session_ended(const std::shared_ptr<ControlSession>& session
   coordination_.session_closed(session->id());
   versions_.session_closed(session->id());
   barriers_.session_closed(session->id());
+  pauses_.session_closed(session->id());
   clients_ -= 1;
   sessions_.erase(session);
 }

@@ -70,10 +70,11 @@ class ControlServer {
   Coordination coordination_;  // deferred replies: locks, barriers
   VersionWaits versions_;      // deferred replies: version waits
   Barriers barriers_;          // deferred replies: barriers
+  RepairPauses pauses_;        // deferred replies: online repair's pauses
   // Vector ops run here, off the io thread, so that one large op does not
   // stall every other client's control requests.
   boost::asio::thread_pool workers_;
-  Services services_{io_, metrics_, workers_, handler_, coordination_, versions_, barriers_};
+  Services services_{io_, metrics_, workers_, handler_, coordination_, versions_, barriers_, pauses_};
   // Samples the gauges of metrics_ once a second while they are served.
   boost::asio::steady_timer metrics_sampler_;
   std::set<std::shared_ptr<ControlSession>> sessions_;  // touched only on the io thread

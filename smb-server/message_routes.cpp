@@ -64,6 +64,31 @@ void vector_op(Services& s, Request& r, const ReplyFn& reply) {
   });
 }
 
+// A repair's end: the record takes the repaired runs, then its holders go on.
+void end_repair(Services& s, Request& r, const ReplyFn& reply) {
+  reply(s.requests.end_repair(r.session, r.body));
+  s.pauses.resume(protocol::get_name(r.body, "name", "end_repair"));
+}
+
+// Online repair's pauses (repair_pauses.hpp), answered at once or later.
+template <protocol::Body (RepairPauses::*serve)(SessionId, const protocol::Body&)>
+void pauses_at_once(Services& s, Request& r, const ReplyFn& reply) {
+  reply((s.pauses.*serve)(r.session, r.body));
+}
+template <void (RepairPauses::*serve)(SessionId, const protocol::Body&, const ReplyFn&)>
+void pauses_deferred(Services& s, Request& r, const ReplyFn& reply) {
+  (s.pauses.*serve)(r.session, r.body, reply);
+}
+
+// Digests read a whole copy (a repair's compare): on the worker pool, so
+// that a large one does not hold up other clients' control requests.
+void segment_digest(Services& s, Request& r, const ReplyFn& reply) {
+  boost::asio::post(s.workers, [&s, body = std::move(r.body), reply, type = r.type] {
+    auto answer = replying(type, [&] { return s.requests.segment_digest(body); });
+    boost::asio::post(s.io, [answer = std::move(answer), reply, type] { guarded(type, reply, [&] { reply(answer); }); });
+  });
+}
+
 // A repaired copy's version: version waits on it may have been reached.
 void set_version(Services& s, Request& r, const ReplyFn& reply) {
   const auto name = protocol::get_segment_name(r.body, "name", "set_version");
@@ -102,9 +127,14 @@ constexpr std::array kRoutes{
     // Only a session's answer to its hello's challenge (control_session.cpp).
     Route{MessageType::auth, kControl, io_thread, auth_out_of_turn},
     Route{MessageType::begin_repair, kControl, io_thread, at_once<&RequestHandler::begin_repair>},
-    Route{MessageType::end_repair, kControl, io_thread, at_once<&RequestHandler::end_repair>},
-    Route{MessageType::segment_users, kControl, io_thread, at_once<&RequestHandler::segment_users>},
+    Route{MessageType::end_repair, kControl, io_thread, end_repair},
+    Route{MessageType::hold_layout, kControl, io_thread, pauses_at_once<&RepairPauses::hold>},
     Route{MessageType::set_version, kControl, io_thread, set_version},
+    Route{MessageType::release_layout, kControl, io_thread, pauses_at_once<&RepairPauses::release>},
+    Route{MessageType::watch_repairs, kControl, io_thread, pauses_deferred<&RepairPauses::watch>},
+    Route{MessageType::ack_pause, kControl, io_thread, pauses_deferred<&RepairPauses::ack>},
+    Route{MessageType::pause_holders, kControl, io_thread, pauses_deferred<&RepairPauses::pause>},
+    Route{MessageType::segment_digest, kControl, io_thread, segment_digest},
 };
 
 // Indexed by type, checked at compile time: one entry per type, in order.

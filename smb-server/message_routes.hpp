@@ -9,6 +9,7 @@
 #include "barriers.hpp"
 #include "coordination.hpp"
 #include "metrics.hpp"
+#include "repair_pauses.hpp"
 #include "request_handler.hpp"
 #include "version_waits.hpp"
 
@@ -40,6 +41,7 @@ struct Services {
   Coordination& coordination;
   VersionWaits& versions;
   Barriers& barriers;
+  RepairPauses& pauses;
 };
 
 struct Request {

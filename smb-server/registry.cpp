@@ -7,6 +7,7 @@
 #include "protocol/layout_codec.hpp"
 
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -238,19 +239,29 @@ void Registry::end_repair(SessionId session, const std::string& name, const std:
   it->second.repairer = 0;
 }
 
-Registry::SegmentUsers Registry::segment_users(SessionId session, const std::string& name) const {
-  const auto segment = find(name);
+void Registry::check_repairer(SessionId session, const std::string& name) const {
   std::lock_guard lock(mutex_);
-  SegmentUsers users;
-  for (const auto& [holder, segments] : handles_) {
-    const auto it = segments.find(segment->id);
-    if (it == segments.end()) continue;
-    if (holder == session)
-      users.mine = it->second;
-    else
-      users.others += 1;
+  auto it = records_.find(name);
+  if (it == records_.end() || it->second.repairer != session)
+    throw Error(Errc::invalid_argument, "buffer '" + name + "' is not being repaired by this client (begin_repair first)");
+}
+
+std::vector<std::uint8_t> Registry::digest(const std::string& name, std::uint64_t offset, std::uint64_t length,
+                                           std::uint64_t chunk) const {
+  const auto segment = find(name);  // keeps its memory while we read it
+  if (chunk == 0 || offset > segment->length || length > segment->length - offset)
+    throw Error(Errc::invalid_argument, "digest of '" + name + "': " + std::to_string(length) + " bytes at offset " +
+                                            std::to_string(offset) + " in chunks of " + std::to_string(chunk) +
+                                            " do not fit its " + std::to_string(segment->length) + " bytes");
+  std::vector<std::uint8_t> out;
+  out.reserve((length + chunk - 1) / chunk * 16);
+  for (std::uint64_t at = 0; at < length; at += chunk) {
+    const auto hash = XXH3_128bits(segment->base + offset + at, std::min(chunk, length - at));
+    XXH128_canonical_t canonical;
+    XXH128_canonicalFromHash(&canonical, hash);
+    out.insert(out.end(), canonical.digest, canonical.digest + sizeof(canonical.digest));
   }
-  return users;
+  return out;
 }
 
 void Registry::set_version(const std::string& name, std::uint64_t version) {

@@ -107,20 +107,19 @@ class Registry {
   // `repairing`, where given, tells whether a repair holds the record now.
   Layout get_layout(const std::string& name, bool* repairing = nullptr) const;
   // Repair (smbctl repair): marks the record as being repaired by `session`
-  // until end_repair or until the session closes; while marked, clients
-  // opening the buffer wait (client_core.cpp). Throws busy when another
-  // session holds it.
+  // until end_repair or until the session closes (clients go on meanwhile:
+  // repair_pauses.hpp). Throws busy when another session repairs it.
   Layout begin_repair(SessionId session, const std::string& name);
   // Ends `session`'s repair; with `instances`, the record's servers' runs
   // become those (the repaired copies are held there now).
   void end_repair(SessionId session, const std::string& name, const std::vector<std::uint64_t>* instances);
-  // Sessions other than `session` with a handle on this server's segment
-  // `name`, and the handles `session` holds on it.
-  struct SegmentUsers {
-    std::uint64_t others = 0;
-    std::uint64_t mine = 0;
-  };
-  SegmentUsers segment_users(SessionId session, const std::string& name) const;
+  // Throws unless `session` repairs `name` now (begin_repair).
+  void check_repairer(SessionId session, const std::string& name) const;
+  // Digests of this server's segment `name` from `offset` for `length`
+  // bytes, one per `chunk` bytes (the last may be shorter): 16 bytes each
+  // (XXH3-128). A repair compares two copies by them (repair.cpp).
+  std::vector<std::uint8_t> digest(const std::string& name, std::uint64_t offset, std::uint64_t length,
+                                   std::uint64_t chunk) const;
   // Sets a segment's version (a repaired copy takes its source's), between ops.
   void set_version(const std::string& name, std::uint64_t version);
   Page<Layout> list_layouts(const std::string& after, std::size_t limit) const;

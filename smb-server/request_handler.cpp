@@ -147,9 +147,17 @@ Body RequestHandler::end_repair(SessionId session, const Body& req) {
   return protocol::ok_reply();
 }
 
-Body RequestHandler::segment_users(SessionId session, const Body& req) {
-  const auto users = registry_.segment_users(session, protocol::get_segment_name(req, "name", "segment_users"));
-  return protocol::ok_reply({{"sessions", users.others}, {"mine", users.mine}});
+Body RequestHandler::segment_digest(const Body& req) {
+  const char* what = "segment_digest";
+  const auto chunk = protocol::get_u64(req, "chunk", what);
+  const auto length = protocol::get_u64(req, "length", what);
+  // A reply holds at most protocol::kMaxDigests (64 KiB), and a chunk is at least 4 KiB.
+  if (chunk < 4096 || length > protocol::kMaxDigests * chunk)
+    throw Error(Errc::invalid_argument, "segment_digest: chunk must be at least 4096 bytes and the length at most " +
+                                            std::to_string(protocol::kMaxDigests) + " chunks");
+  return protocol::ok_reply({{"digests", protocol::binary(registry_.digest(protocol::get_segment_name(req, "name", what),
+                                                                          protocol::get_u64(req, "offset", what),
+                                                                          length, chunk))}});
 }
 
 Body RequestHandler::set_version(SessionId, const Body& req) {

@@ -43,7 +43,7 @@ class RequestHandler {
   // Repair (Registry::begin_repair and after).
   Body begin_repair(SessionId session, const Body& request);
   Body end_repair(SessionId session, const Body& request);
-  Body segment_users(SessionId session, const Body& request);
+  Body segment_digest(const Body& request);  // any thread
   Body set_version(SessionId session, const Body& request);
   // A vector_op message: x in the body ("data"), in another buffer
   // ("source"), or in `payload` (a call's raw payload, see transport.hpp).

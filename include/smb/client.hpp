@@ -132,7 +132,10 @@ struct RepairReport {
   std::string name;
   std::vector<Copy> repaired;            ///< none: every copy was whole
   std::vector<std::string> unreachable;  ///< servers of the layout not reached now (their copies wait for them)
-  std::uint64_t bytes = 0;               ///< bytes copied
+  std::uint64_t bytes = 0;               ///< bytes copied (the first pass and the recopies)
+  std::uint64_t recopied = 0;            ///< of those, bytes copied again: clients changed them during the copy
+  std::uint64_t clients_paused = 0;      ///< clients that had it open, paused for the final copy
+  double paused_seconds = 0;             ///< how long their writes and vector ops waited (reads never wait)
   double seconds = 0;                    ///< from the start of the repair to the layout's update
 };
 
@@ -329,10 +332,12 @@ class Client {
   /// Rebuilds the copies of a replicated buffer that a restarted server lost
   /// (smbd came back empty on the same address), each from its other copy,
   /// and records the server's new run in the layout; afterwards the buffer
-  /// is whole again (docs/reliability.md, "Repair"). Opens of the buffer wait
-  /// while it runs. Throws Errc::busy while another client has the buffer
-  /// open (repair of a buffer in use is not supported yet: close it
-  /// everywhere and retry), Errc::data_lost when both copies of some stripes
+  /// is whole again (docs/reliability.md, "Repair"). Clients that have the
+  /// buffer open go on meanwhile: the copy runs under their writes, and only
+  /// its final pass (what changed during the copy) pauses their writes and
+  /// vector ops; they use the rebuilt copies from then on. Throws
+  /// Errc::busy when another repair of it runs or a client holding it did
+  /// not pause in time, Errc::data_lost when both copies of some stripes
   /// are gone, Errc::invalid_argument for a buffer with one copy.
   RepairReport repair(std::string_view name);
   /// Servers found unreachable so far, with the reason.

@@ -22,7 +22,7 @@ enum class Errc : int {
   internal = 11,
   data_lost = 12,         ///< a server restarted empty: its stripes of a buffer are gone
   permission_denied = 13, ///< the server wants a shared secret this client lacks or got wrong
-  busy = 14,              ///< in use by others (a repair needs the buffer closed), or being repaired
+  busy = 14,              ///< being repaired by another client, or a holder did not pause for a repair
 };
 
 /// The highest code: one above it from the wire is a code this build does not know.

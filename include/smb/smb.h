@@ -30,7 +30,7 @@ enum smb_errc {
   SMB_EINTERNAL = 11,
   SMB_ELOST = 12,       /**< a server restarted empty: its stripes of a buffer are gone */
   SMB_EPERM = 13,       /**< the server wants a shared secret (SMB_AUTH_TOKEN_FILE) this client lacks or got wrong */
-  SMB_EBUSY = 14        /**< in use by other clients (repair), or being repaired */
+  SMB_EBUSY = 14        /**< being repaired by another client, or a holder did not pause for a repair */
 };
 
 typedef struct smb_client smb_client;

@@ -40,8 +40,13 @@ const char* message_name(std::uint16_t type) {
     case MessageType::auth: return "auth";
     case MessageType::begin_repair: return "begin_repair";
     case MessageType::end_repair: return "end_repair";
-    case MessageType::segment_users: return "segment_users";
+    case MessageType::hold_layout: return "hold_layout";
     case MessageType::set_version: return "set_version";
+    case MessageType::release_layout: return "release_layout";
+    case MessageType::watch_repairs: return "watch_repairs";
+    case MessageType::ack_pause: return "ack_pause";
+    case MessageType::pause_holders: return "pause_holders";
+    case MessageType::segment_digest: return "segment_digest";
   }
   return "unknown";
 }

@@ -35,6 +35,8 @@ inline constexpr std::size_t kMaxSegmentNameLength = kMaxNameLength + 8;
 // Deepest nesting a body may have: ours are a map holding arrays or maps at
 // most three levels down. Checked before anything recurses (decode_body).
 inline constexpr std::size_t kMaxBodyDepth = 16;
+// segment_digest answers at most this many digests (16 bytes each).
+inline constexpr std::uint64_t kMaxDigests = 4096;
 // Error texts are cut to this many bytes, so that no error reply can grow
 // with what a client sent.
 inline constexpr std::size_t kMaxErrorLength = 1024;
@@ -61,10 +63,16 @@ enum class MessageType : std::uint16_t {
   version_call = 19,   // get_version / wait_version as a data-path call, the same way
   barrier_call = 20,   // barrier as a data-path call, the same way (names its client's session)
   auth = 21,           // after a hello answered with a challenge: {proof(bin)} -> the hello reply (auth.hpp)
-  begin_repair = 22,   // home server: {name} -> {layout(bin)}; opens of the buffer wait until end_repair
-  end_repair = 23,     // home server: {name, instances?: [u64]} -> {} (the repaired servers' runs)
-  segment_users = 24,  // {name} -> {sessions, mine}: other sessions' and the asker's handles on this server's segment
-  set_version = 25,    // {name, version} -> {}: a repaired copy takes its source's version
+  // Repair (smb-server/repair_pauses.hpp says how they meet).
+  begin_repair = 22,    // home server: {name} -> {layout(bin)}: this session repairs it until end_repair
+  end_repair = 23,      // home server: {name, instances?: [u64]} -> {} (the repaired servers' runs); resumes holders
+  hold_layout = 24,     // home server: {name} -> {layout(bin), held?, repairing?}: an open of a replicated buffer
+  set_version = 25,     // {name, version} -> {}: a repaired copy takes its source's version
+  release_layout = 26,  // home server: {name} -> {}: that open closed
+  watch_repairs = 27,   // home server: {holder, timeout_ms} -> {name, epoch} | {stop} | {} (deferred)
+  ack_pause = 28,       // home server: {holder, name, epoch} -> {layout(bin)} once the pause ends (deferred)
+  pause_holders = 29,   // home server: {name, timeout_ms} -> {holders} once every holder acked (deferred)
+  segment_digest = 30,  // {name, offset, length, chunk} -> {digests(bin)}: 16 bytes (XXH3-128) per chunk
 };
 
 const char* message_name(std::uint16_t type);

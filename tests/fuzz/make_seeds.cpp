@@ -164,7 +164,13 @@ void request_seeds() {
   record(repair, 0, type_of(MessageType::begin_repair), body({{"name", "w"}}));
   record(repair, 2, type_of(MessageType::begin_repair), body({{"name", "w"}}));
   record(repair, 2, type_of(MessageType::get_layout), body({{"name", "w"}}));
-  record(repair, 0, type_of(MessageType::segment_users), body({{"name", "w"}}));
+  record(repair, 0, type_of(MessageType::hold_layout), body({{"name", "w"}}));
+  record(repair, 0, type_of(MessageType::release_layout), body({{"name", "w"}}));
+  record(repair, 0, type_of(MessageType::watch_repairs), body({{"holder", 1}, {"timeout_ms", 5}}));
+  record(repair, 0, type_of(MessageType::ack_pause), body({{"holder", 1}, {"name", "w"}, {"epoch", 1}}));
+  record(repair, 0, type_of(MessageType::pause_holders), body({{"name", "w"}, {"timeout_ms", 5}}));
+  record(repair, 0, type_of(MessageType::segment_digest),
+         body({{"name", "w"}, {"offset", 0}, {"length", 4096}, {"chunk", 1024}}));
   record(repair, 0, type_of(MessageType::set_version), body({{"name", "w"}, {"version", 5}}));
   record(repair, 0, type_of(MessageType::end_repair), body({{"name", "w"}, {"instances", Body::array({7})}}));
   write("fuzz_requests", "repair", repair);

@@ -56,8 +56,15 @@ nlohmann::json to_json(const Outcome& o) {
   auto copies = nlohmann::json::array();
   for (const auto& c : o.report.repaired)
     copies.push_back({{"server", c.server}, {"replica", c.replica}, {"source", c.source}, {"bytes", c.bytes}});
-  nlohmann::json j{{"name", o.report.name}, {"result", o.result}, {"repaired", copies},
-                   {"bytes", o.report.bytes}, {"seconds", o.report.seconds}, {"unreachable", o.report.unreachable}};
+  nlohmann::json j{{"name", o.report.name},
+                   {"result", o.result},
+                   {"repaired", copies},
+                   {"bytes", o.report.bytes},
+                   {"recopied", o.report.recopied},
+                   {"clients_paused", o.report.clients_paused},
+                   {"paused_seconds", o.report.paused_seconds},
+                   {"seconds", o.report.seconds},
+                   {"unreachable", o.report.unreachable}};
   if (!o.error.empty()) j["error"] = o.error;
   return j;
 }
@@ -67,6 +74,10 @@ std::string line(const Outcome& o) {
   if (!o.report.repaired.empty()) {
     text += fmt::format(": {} copies ({}) in {:.2f} s, {:.0f} MiB/s", o.report.repaired.size(),
                         util::format_bytes(o.report.bytes), o.report.seconds, rate_mib(o.report));
+    if (o.report.recopied > 0) text += fmt::format(", {} recopied (written during the copy)", util::format_bytes(o.report.recopied));
+    if (o.report.clients_paused > 0)
+      text += fmt::format("; {} client(s) with it open paused {:.3f} s for the final pass", o.report.clients_paused,
+                          o.report.paused_seconds);
     for (const auto& c : o.report.repaired)
       text += "\n  copy " + std::to_string(c.replica) + " on " + c.server + " from " + c.source;
   }

@@ -317,9 +317,11 @@ class Client:
 
     def repair(self, name):
         """Rebuilds the copies of replicated buffer `name` that a restarted server lost, from
-        the other copies; returns a RepairReport (repaired copies, bytes, seconds). Raises Busy
-        while another client has the buffer open, DataLost when both copies of some stripes
-        are gone."""
+        the other copies, while clients that have it open go on (their writes pause only for
+        the final pass); returns a RepairReport (repaired copies, bytes, recopied,
+        clients_paused, paused_seconds, seconds). Raises Busy when another repair of it runs
+        or a client holding it did not pause in time, DataLost when both copies of some
+        stripes are gone."""
         return self._c.repair(name)
 
     def describe_paths(self):

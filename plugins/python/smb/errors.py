@@ -79,7 +79,7 @@ class PermissionDenied(Error, PermissionError):
 
 
 class Busy(Error):
-    """In use by other clients (a repair needs the buffer closed), or being repaired."""
+    """Being repaired by another client, or a client holding it did not pause for a repair."""
 
     code = "busy"
 

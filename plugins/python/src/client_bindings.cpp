@@ -319,6 +319,9 @@ void bind_records(py::module_& m) {
       .def_readonly("repaired", &RepairReport::repaired)
       .def_readonly("unreachable", &RepairReport::unreachable)
       .def_readonly("bytes", &RepairReport::bytes)
+      .def_readonly("recopied", &RepairReport::recopied)
+      .def_readonly("clients_paused", &RepairReport::clients_paused)
+      .def_readonly("paused_seconds", &RepairReport::paused_seconds)
       .def_readonly("seconds", &RepairReport::seconds);
   py::class_<CheckpointInfo>(m, "CheckpointInfo")
       .def_readonly("name", &CheckpointInfo::name)

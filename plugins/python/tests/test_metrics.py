@@ -98,7 +98,7 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(moved("smb_request_duration_seconds_count", message="vector_call"), rounds + 1)
         self.assertGreater(moved("smb_request_duration_seconds_sum", message="vector_call"), 0)
         self.assertGreaterEqual(moved("smb_requests_total", message="alloc_segment"), 1)
-        self.assertGreaterEqual(moved("smb_request_errors_total", message="get_layout", error="not_found"), 1)
+        self.assertGreaterEqual(moved("smb_request_errors_total", message="hold_layout", error="not_found"), 1)
         # The same totals reach clients in status() (smbctl top's rates).
         activity = self.client.status()[0].activity
         self.assertGreaterEqual(activity.vector_ops, rounds + 1)

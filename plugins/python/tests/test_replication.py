@@ -58,22 +58,24 @@ class RepairTest(fabric.FabricTestCase):
         client = self.new_client()
         kept = [layout.name for layout in client.list() if layout.name in names]
         self.assertTrue(kept)
-        holder = client.open(kept[0])
-        with self.assertRaises(smb.Busy):  # a repair needs the buffer closed everywhere
-            self.new_client().repair(kept[0])
-        holder.close()
+        holder = self.new_client().open(kept[0])  # open in another client through the repair
         for name in kept:
             report = client.repair(name)
             self.assertEqual(report.name, name)
             self.assertEqual(len(report.repaired), 2)
             self.assertEqual({c.server for c in report.repaired}, {self.fabric.servers[1]})
             self.assertEqual(report.bytes, sum(c.bytes for c in report.repaired))
+            self.assertEqual(report.clients_paused, 1 if name == kept[0] else 0)
+            self.assertLessEqual(report.paused_seconds, report.seconds)
             self.assertEqual(client.repair(name).repaired, [])  # whole now
+        holder.write(0, x * 2)  # reaches the rebuilt copies too
         reader = self.new_client().open(kept[0])
         self.fabric.kill(2)  # some stripes are left only in the repaired copies
         got = np.empty_like(x)
         reader.read(0, got)
-        np.testing.assert_array_equal(got, x)
+        np.testing.assert_array_equal(got, x * 2)
+        holder.read(0, got)
+        np.testing.assert_array_equal(got, x * 2)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,195 @@
+#include "repair_pauses.hpp"
+
+#include "protocol/layout_codec.hpp"
+#include "wait_timeout.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace smb::server {
+
+namespace {
+constexpr std::chrono::milliseconds kMaxWatch{60'000};  // a watch answers {} after at most this
+}
+
+using protocol::Body;
+
+Body RepairPauses::layout_reply(const std::string& name) const {
+  return protocol::ok_reply({{"layout", protocol::layout_to_body(registry_.get_layout(name))}});
+}
+
+Body RepairPauses::hold(SessionId session, const Body& request) {
+  const auto name = protocol::get_name(request, "name", "hold_layout");
+  const auto layout = registry_.get_layout(name);
+  Body reply{{"layout", protocol::layout_to_body(layout)}};
+  auto it = buffers_.find(name);
+  if (it != buffers_.end() && it->second.pause) {
+    reply["repairing"] = true;  // the open waits (client_core.cpp): the layout changes at the pause's end
+  } else if (layout.replicas > 1) {  // only a replicated buffer is ever repaired
+    buffers_[name].holders[session] += 1;
+    held_by_[session].insert(name);
+    reply["held"] = true;
+  }
+  return protocol::ok_reply(std::move(reply));
+}
+
+Body RepairPauses::release(SessionId session, const Body& request) {
+  const auto name = protocol::get_name(request, "name", "release_layout");
+  auto it = buffers_.find(name);
+  if (it == buffers_.end() || !it->second.holders.contains(session))
+    throw Error(Errc::not_found, "release_layout: this client holds no buffer '" + name + "'");
+  if (--it->second.holders[session] == 0) drop_holder(name, session);
+  return protocol::ok_reply();
+}
+
+void RepairPauses::drop_holder(const std::string& name, SessionId holder) {
+  auto it = buffers_.find(name);
+  if (it == buffers_.end()) return;
+  it->second.holders.erase(holder);
+  if (auto mine = held_by_.find(holder); mine != held_by_.end()) {
+    mine->second.erase(name);
+    if (mine->second.empty()) {
+      held_by_.erase(mine);
+      answer_watch(holder, Body{{"stop", true}});  // its watcher has nothing left to watch
+    }
+  }
+  if (it->second.pause)
+    complete_if_acked(name);
+  else if (it->second.holders.empty())
+    buffers_.erase(it);
+}
+
+void RepairPauses::answer_watch(SessionId holder, Body body) {
+  auto it = watches_.find(holder);
+  if (it == watches_.end()) return;
+  auto watch = std::move(it->second);
+  watches_.erase(it);
+  watch.timer->cancel();
+  watch.reply(protocol::ok_reply(std::move(body)));
+}
+
+void RepairPauses::ask(SessionId holder, const std::string& name, std::uint64_t epoch) {
+  answer_watch(holder, Body{{"name", name}, {"epoch", epoch}});
+}
+
+void RepairPauses::watch(SessionId session, const Body& request, const ReplyFn& reply) {
+  const char* what = "watch_repairs";
+  const SessionId holder = protocol::get_u64(request, "holder", what);
+  const auto wait = std::min(wait_timeout(request, "timeout_ms", what), kMaxWatch);
+  auto mine = held_by_.find(holder);
+  if (mine == held_by_.end()) return reply(protocol::ok_reply({{"stop", true}}));
+  // A pause that asks this holder and has no answer from it yet: at once.
+  for (const auto& name : mine->second) {
+    const auto& pause = buffers_.at(name).pause;
+    if (pause && !pause->acked.contains(holder))
+      return reply(protocol::ok_reply({{"name", name}, {"epoch", pause->epoch}}));
+  }
+  answer_watch(holder, Body::object());  // one watch per holder: an older one ends empty
+  auto timer = std::make_shared<boost::asio::steady_timer>(io_, wait);
+  timer->async_wait([this, holder, timer](const boost::system::error_code& ec) {
+    if (ec) return;
+    auto it = watches_.find(holder);
+    if (it != watches_.end() && it->second.timer == timer) answer_watch(holder, Body::object());
+  });
+  watches_[holder] = Watch{session, reply, std::move(timer)};
+}
+
+void RepairPauses::ack(SessionId session, const Body& request, const ReplyFn& reply) {
+  const char* what = "ack_pause";
+  const SessionId holder = protocol::get_u64(request, "holder", what);
+  const auto name = protocol::get_name(request, "name", what);
+  const auto epoch = protocol::get_u64(request, "epoch", what);
+  auto it = buffers_.find(name);
+  // A pause that ended already (failed, or its repairer went): go on at once.
+  if (it == buffers_.end() || !it->second.pause || it->second.pause->epoch != epoch ||
+      !it->second.holders.contains(holder))
+    return reply(layout_reply(name));
+  it->second.pause->acked.insert(holder);
+  it->second.pause->acks.emplace_back(session, reply);
+  complete_if_acked(name);
+}
+
+void RepairPauses::pause(SessionId session, const Body& request, const ReplyFn& reply) {
+  const char* what = "pause_holders";
+  const auto name = protocol::get_name(request, "name", what);
+  const auto wait = wait_timeout(request, "timeout_ms", what);
+  registry_.check_repairer(session, name);
+  auto& buffer = buffers_[name];
+  if (buffer.pause) throw Error(Errc::busy, "pause_holders: '" + name + "' is paused already");
+  auto timer = std::make_shared<boost::asio::steady_timer>(io_, wait);
+  buffer.pause = Pause{next_epoch_++, session, {}, reply, timer, {}};
+  timer->async_wait([this, name, timer, wait](const boost::system::error_code& ec) {
+    if (ec) return;
+    auto it = buffers_.find(name);
+    if (it == buffers_.end() || !it->second.pause || it->second.pause->timer != timer) return;
+    const auto& pause = *it->second.pause;
+    if (!pause.answer_repairer) return;  // every holder answered: the pause lasts until end_repair
+    std::string late;
+    std::size_t count = 0;
+    for (const auto& [holder, opens] : it->second.holders)
+      if (!pause.acked.contains(holder)) late += (count++ == 0 ? "" : ", ") + std::to_string(holder);
+    end_pause(name, std::to_string(count) + " client(s) holding it open (sessions " + late +
+                        ") did not pause their writes within " + std::to_string(wait.count()) +
+                        " ms (a client of an older libsmb, or one that is stuck)");
+  });
+  for (const auto& [holder, opens] : buffer.holders) ask(holder, name, buffer.pause->epoch);
+  complete_if_acked(name);
+}
+
+void RepairPauses::complete_if_acked(const std::string& name) {
+  auto& buffer = buffers_.at(name);
+  auto& pause = *buffer.pause;
+  if (!pause.answer_repairer) return;
+  for (const auto& [holder, opens] : buffer.holders)
+    if (!pause.acked.contains(holder)) return;
+  auto answer = std::move(pause.answer_repairer);
+  pause.answer_repairer = nullptr;
+  answer(protocol::ok_reply({{"holders", buffer.holders.size()}}));
+}
+
+void RepairPauses::end_pause(const std::string& name, const std::optional<std::string>& failure) {
+  auto it = buffers_.find(name);
+  if (it == buffers_.end() || !it->second.pause) return;
+  auto pause = std::move(*it->second.pause);
+  it->second.pause.reset();
+  pause.timer->cancel();
+  if (pause.answer_repairer && failure) pause.answer_repairer(protocol::error_reply(Errc::busy, *failure));
+  Body layout;
+  try {
+    layout = layout_reply(name);
+  } catch (const Error& e) {  // destroyed meanwhile: the holders' next op says so
+    layout = protocol::error_reply(e.code(), e.what());
+  }
+  for (auto& [watcher, answer] : pause.acks) answer(layout);
+  if (it->second.holders.empty()) buffers_.erase(it);
+}
+
+void RepairPauses::resume(const std::string& name) { end_pause(name, std::nullopt); }
+
+void RepairPauses::session_closed(SessionId session) {
+  if (auto mine = held_by_.find(session); mine != held_by_.end()) {
+    const auto names = mine->second;  // copy: drop_holder edits it
+    for (const auto& name : names) drop_holder(name, session);
+  }
+  for (auto it = watches_.begin(); it != watches_.end();) {
+    if (it->second.watcher == session) {
+      it->second.timer->cancel();
+      it = watches_.erase(it);  // nobody left to answer
+    } else {
+      ++it;
+    }
+  }
+  std::vector<std::string> abandoned;
+  for (auto& [name, buffer] : buffers_) {
+    if (!buffer.pause) continue;
+    std::erase_if(buffer.pause->acks, [&](const auto& ack) { return ack.first == session; });
+    if (buffer.pause->repairer == session) abandoned.push_back(name);
+  }
+  for (const auto& name : abandoned) {
+    spdlog::info("repair of '{}' ended with its client's connection: its holders go on unrepaired", name);
+    auto& pause = *buffers_.at(name).pause;
+    pause.answer_repairer = nullptr;
+    end_pause(name, std::nullopt);
+  }
+}
+
+}  // namespace smb::server

@@ -1,0 +1,89 @@
+#pragma once
+// Online repair's meeting point, on a replicated buffer's home server
+// (docs/reliability.md, "Repair"). One-sided writes never reach smbd's CPU,
+// so smbd cannot fence them itself: it knows which clients hold the buffer
+// open ("holders": a session's hold_layout), and for the final copy of a
+// repair it asks each of them to stop writing it and to say when their
+// writes in flight have landed. The repair copies while clients write, then
+// pauses them only to recopy what changed meanwhile (smb-client/repair.cpp).
+//
+//   holder's open      hold_layout {name}          -> layout (held), or "repairing" while paused
+//   holder's watcher   watch_repairs {holder}      -> {name, epoch} once a pause asks it, {} on timeout,
+//                                                     {stop} once the holder holds nothing
+//   holder's watcher   ack_pause {holder, name, epoch} -> layout, once the pause ends
+//   repairer           pause_holders {name, timeout_ms} -> {holders} once every holder acked
+//   repairer           end_repair (request_handler)    -> resumes: every ack is answered
+//
+// A holder's watcher runs on a connection of its own (the holder's main one
+// makes the calls that hold and release), so holders are named by the
+// session of that main connection. A session that closes stops holding; a
+// repairer whose session closes resumes its holders unrepaired; a pause that
+// not every holder answers in time fails (busy) and resumes them.
+//
+// Everything here runs on the control server's io thread, like Coordination.
+#include "protocol/messages.hpp"
+#include "registry.hpp"
+#include "replies.hpp"
+
+#include <boost/asio.hpp>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace smb::server {
+
+class RepairPauses {
+ public:
+  RepairPauses(boost::asio::io_context& io, Registry& registry) : io_(io), registry_(registry) {}
+
+  using Body = protocol::Body;
+  Body hold(SessionId session, const Body& request);
+  Body release(SessionId session, const Body& request);
+  void watch(SessionId session, const Body& request, const ReplyFn& reply);
+  void ack(SessionId session, const Body& request, const ReplyFn& reply);
+  void pause(SessionId session, const Body& request, const ReplyFn& reply);
+  // The repair of `name` ended (end_repair): its holders go on, with the layout as it is now.
+  void resume(const std::string& name);
+  void session_closed(SessionId session);
+
+ private:
+  using TimerPtr = std::shared_ptr<boost::asio::steady_timer>;
+  struct Watch {
+    SessionId watcher = 0;  // the connection waiting
+    ReplyFn reply;
+    TimerPtr timer;
+  };
+  struct Pause {
+    std::uint64_t epoch = 0;
+    SessionId repairer = 0;
+    std::set<SessionId> acked;
+    ReplyFn answer_repairer;  // until every holder acked (then empty)
+    TimerPtr timer;
+    std::vector<std::pair<SessionId, ReplyFn>> acks;  // (watcher, reply): answered at resume
+  };
+  struct Buffer {
+    std::map<SessionId, std::uint32_t> holders;  // session -> opens
+    std::optional<Pause> pause;
+  };
+
+  Body layout_reply(const std::string& name) const;
+  void ask(SessionId holder, const std::string& name, std::uint64_t epoch);
+  void answer_watch(SessionId holder, Body body);
+  void complete_if_acked(const std::string& name);
+  void drop_holder(const std::string& name, SessionId holder);
+  // Ends a pause: acks are answered with the layout; a repairer still
+  // waiting gets `failure` (or, empty, nothing: it went).
+  void end_pause(const std::string& name, const std::optional<std::string>& failure);
+
+  boost::asio::io_context& io_;
+  Registry& registry_;
+  std::map<std::string, Buffer> buffers_;
+  std::map<SessionId, std::set<std::string>> held_by_;
+  std::map<SessionId, Watch> watches_;  // by holder
+  std::uint64_t next_epoch_ = 1;
+};
+
+}  // namespace smb::server
