@@ -28,6 +28,7 @@ endif()
 install(FILES deploy/systemd/smbd.service deploy/systemd/smbd@.service
         DESTINATION lib/systemd/system COMPONENT smbd)
 install(FILES deploy/systemd/smbd.sysusers DESTINATION lib/sysusers.d RENAME smbd.conf COMPONENT smbd)
+install(FILES deploy/systemd/smb-repair.service DESTINATION lib/systemd/system COMPONENT tools)
 install(FILES deploy/smbd.toml DESTINATION ${SMB_CONFIG_DESTINATION} COMPONENT smbd)
 install(FILES docs/operations.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT smbd)
 install(DIRECTORY include/smb DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev PATTERN "*.in" EXCLUDE)

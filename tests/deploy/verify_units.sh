@@ -1,13 +1,14 @@
 #!/bin/bash
 # The systemd files in deploy/systemd/, checked by systemd's own tools (no
 # service manager runs here): systemd-analyze verify must say nothing about
-# either unit (an unknown or misspelt key is only a warning to systemd, so
-# any output fails), and systemd-sysusers must create the smb user they run
-# as in a scratch root. The units' /usr/bin/smbd becomes the smbd under test,
-# since verify checks that the command exists.
-# $1: the smbd binary, $2: deploy/systemd.  Exit 77: systemd is not installed.
+# any unit (an unknown or misspelt key is only a warning to systemd, so
+# any output fails), and systemd-sysusers must create the smb user smbd's
+# units run as in a scratch root. The units' /usr/bin/smbd and smbctl become
+# the ones under test, since verify checks that the command exists.
+# $1: the smbd binary, $2: deploy/systemd, $3: the smbctl binary.
+# Exit 77: systemd is not installed.
 set -euo pipefail
-smbd=$1 units=$2
+smbd=$1 units=$2 smbctl=$3
 if ! command -v systemd-analyze >/dev/null || ! command -v systemd-sysusers >/dev/null; then
   echo "SKIP: systemd-analyze / systemd-sysusers not installed (Debian package systemd)"
   exit 77
@@ -30,5 +31,16 @@ mkdir -p "$scratch/root/etc"
 out=$(systemd-sysusers --root="$scratch/root" "$units/smbd.sysusers" 2>&1) || { echo "$out"; status=1; }
 grep -q '^smb:x:[0-9]*:[0-9]*:.*:/usr/sbin/nologin$' "$scratch/root/etc/passwd" ||
   { echo "smbd.sysusers did not create the smb user:"; cat "$scratch/root/etc/passwd"; status=1; }
-[[ $status == 0 ]] && echo "deploy/systemd: both units verify clean; the smb user is created"
+# smb-repair.service: smbctl repair --watch, as a client with no privileges.
+sed "s|/usr/bin/smbctl|$smbctl|g" "$units/smb-repair.service" >"$scratch/smb-repair.service"
+if ! out=$(cd "$scratch" && systemd-analyze verify ./smb-repair.service 2>&1) || [[ -n $out ]]; then
+  echo "systemd-analyze verify smb-repair.service:"; echo "$out"; status=1
+fi
+grep -q '^ExecStart=.* repair --watch ' "$scratch/smb-repair.service" || { echo "smb-repair.service: not repair --watch"; status=1; }
+grep -q '^DynamicUser=yes$' "$scratch/smb-repair.service" || { echo "smb-repair.service: not DynamicUser"; status=1; }
+# The command the unit runs takes its flags as written (a typo fails here).
+command=$(sed -n 's|^ExecStart=||p' "$scratch/smb-repair.service")
+out=$(SMB_SERVERS=127.0.0.1:1 timeout 5 $command 2>&1) && { echo "smb-repair's command ran on?"; status=1; }
+[[ $out == *127.0.0.1:1* ]] || { echo "smb-repair's command: $out"; status=1; }
+[[ $status == 0 ]] && echo "deploy/systemd: every unit verifies clean; the smb user is created"
 exit $status

@@ -244,7 +244,17 @@ TEST_P(RepairTest, TheWatchModeRepairsAServerThatComesBack) {
     return out;
   };
   const auto victim = not_home_of("auto");
+  // A server down is said once, and its return.
+  const auto said = [&](const std::string& part) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!mentions(text(), part) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return mentions(text(), part);
+  };
+  server(victim).kill();
+  EXPECT_TRUE(said("unreachable: " + server(victim).address())) << text();
   restart_server(victim);
+  EXPECT_TRUE(said("every server is reachable again")) << text();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (state_of("auto") != "ok" && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -40,6 +40,7 @@ for package in smbd libsmb0 libsmb-dev smb-tools python3-smb; do dpkg-deb -x "$(
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
 for file in usr/bin/smbd usr/bin/smbctl usr/bin/smb-bench usr/bin/smbrun etc/smb/smbd.toml \
             usr/lib/systemd/system/smbd.service usr/lib/systemd/system/smbd@.service usr/lib/sysusers.d/smbd.conf \
+            usr/lib/systemd/system/smb-repair.service \
             "usr/lib/$multiarch/libsmb.so.0" "usr/lib/$multiarch/libsmb.so" "usr/lib/$multiarch/pkgconfig/smb.pc" \
             "usr/lib/$multiarch/cmake/smb/smbConfig.cmake" usr/include/smb/smb.h usr/lib/python3/dist-packages/smb/__init__.py; do
   [[ -e $root/$file ]] || fail "not in the packages: /$file"

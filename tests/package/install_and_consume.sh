@@ -18,6 +18,7 @@ for tool in smbd smbctl smb-bench; do
     { echo "installed $tool does not run:"; echo "$out"; exit 1; }
 done
 for file in lib/systemd/system/smbd.service lib/systemd/system/smbd@.service lib/sysusers.d/smbd.conf \
+            lib/systemd/system/smb-repair.service \
             etc/smb/smbd.toml share/doc/smb/operations.md; do
   [[ -f $scratch/prefix/$file ]] || { echo "not installed: $file"; exit 1; }
 done

@@ -36,7 +36,8 @@ MIB = 1 << 20
 
 
 class Writer:
-    """Writes 1 MiB blocks of `data` round-robin into `buf` until stopped, timing each write."""
+    """Writes 1 MiB blocks round-robin into `buf` until stopped, each time with new values (so
+    that the repair has to copy them again), timing each write; `data` follows what it wrote."""
 
     def __init__(self, buf, data):
         self.buf, self.data, self.times = buf, data, []
@@ -51,10 +52,11 @@ class Writer:
         k = 0
         try:
             while not self.stop.is_set():
-                block = self.data[(k % blocks) * words:(k % blocks + 1) * words]
+                block = self.data[(k % blocks) * words:(k % blocks + 1) * words] + 1
                 start = time.perf_counter()
                 self.buf.write((k % blocks) * MIB, block)
                 self.times.append((start, time.perf_counter() - start))
+                self.data[(k % blocks) * words:(k % blocks + 1) * words] = block
                 k += 1
         except Exception as e:  # noqa: BLE001  (reported by the caller)
             self.error = e

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <set>
 #include <thread>
 
 namespace smb::smbctl {
@@ -106,6 +107,7 @@ bool repair_buffers(Client& client, const std::string& name, bool json) {
 
 [[noreturn]] void watch_repairs(const ClientOptions& options, const std::string& name, bool json, std::chrono::milliseconds every) {
   std::map<std::string, std::string> last;  // buffer -> last result reported
+  std::set<std::string> unreachable;         // servers last reported unreachable
   for (;;) {
     try {
       // A fresh client each pass: a server that restarted is reached anew.
@@ -117,6 +119,20 @@ bool repair_buffers(Client& client, const std::string& name, bool json) {
         if (last[n] == said && o.result != "repaired") continue;  // say a lasting state once
         last[n] = said;
         std::cout << (json ? to_json(o).dump() : line(o)) << std::endl;
+      }
+      // Servers down (whose buffers' layouts it cannot even list): said when that changes.
+      const auto now = client.unreachable_servers();
+      std::set<std::string> down;
+      for (const auto& [server, why] : now) down.insert(server);
+      if (down != unreachable) {
+        if (json)
+          std::cout << nlohmann::json{{"unreachable", now}}.dump() << std::endl;
+        else if (now.empty())
+          std::cout << "every server is reachable again" << std::endl;
+        else
+          print_unreachable(now, std::cout);
+        std::cout.flush();
+        unreachable = std::move(down);
       }
     } catch (const Error& e) {
       std::cerr << "smbctl repair: " << e.what() << '\n';
