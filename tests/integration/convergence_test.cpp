@@ -127,6 +127,7 @@ class ConvergenceTest : public FabricTest {
     int groups = 2, group_size = 2;
     std::uint32_t replicas = 1;
     std::atomic<int>* steps = nullptr;  // counts every worker's steps, when given
+    std::chrono::microseconds pause{0};  // after each step: a test's events then fall mid-run
   };
   // Trains groups x group_size workers; returns the accuracy of the global weights.
   double train_workers(const Run& run, const Dataset& train, const Dataset& test) {
@@ -161,6 +162,7 @@ class ConvergenceTest : public FabricTest {
                          for (std::size_t i = 0; i < kParams; ++i) weights[i] -= rate * g[i];
                          engine.after_step(weights);
                          if (run.steps != nullptr) ++*run.steps;
+                         if (run.pause.count() > 0) std::this_thread::sleep_for(run.pause);
                        });
           if (rank == 0) engine.global_weights(final_weights);
           client.barrier(run.name + "/done", static_cast<std::uint32_t>(workers_in_all), std::chrono::seconds(60));
@@ -309,6 +311,68 @@ TEST_P(ConvergenceTest, TrainingGoesOnWhenAMemoryServerIsKilled) {
   EXPECT_GE(got, baseline - 0.05) << got << " vs one worker's " << baseline;
   std::printf("[ accuracy ] 2 copies, a server killed at step %d of %d: %.3f (one worker: %.3f)\n", killed_at, total,
               got, baseline);
+}
+
+// The same run through the whole of a loss: the server holding the first
+// copy of the global weights is killed, restarted empty and repaired while
+// the workers train (online repair: both workers are paused only for its
+// final pass), then the server that held the other copy is killed too, so
+// that the weights live only in the rebuilt copy; the run finishes at the
+// accuracy of one worker. The layout's home and the final barrier's are
+// kept on servers that stay (layout records and barriers are not replicated).
+TEST_P(ConvergenceTest, TrainingGoesOnThroughARepairAndASecondLoss) {
+  Dataset train, test;
+  make_data(train, test);
+  const double baseline = one_worker_accuracy(train, test);
+  std::vector<std::string> sorted;
+  for (int i = 0; i < server_count(); ++i) sorted.push_back(server(static_cast<std::size_t>(i)).address());
+  std::sort(sorted.begin(), sorted.end());
+  // The weights (one stripe): copy 0 on sorted[0] (restarted), copy 1 on sorted[1] (lost after the repair).
+  std::string name;
+  for (int k = 0; name.empty() || home_of(name + "/global", sorted) == sorted[0] ||
+                  home_of(name + "/done", sorted) == sorted[1];
+       ++k)
+    name = "repaired-" + std::to_string(k);
+  const auto index_of = [&](const std::string& address) {
+    std::size_t i = 0;
+    while (server(i).address() != address) ++i;
+    return i;
+  };
+  const auto victim = index_of(sorted[0]), second = index_of(sorted[1]);
+
+  constexpr int kWorkers = 2;
+  std::atomic<int> steps{0};
+  double got = 0;
+  std::thread training([&] {
+    got = train_workers({name, smb::UpdateMode::seasgd, kWorkers, 1, 2, &steps, std::chrono::microseconds(2000)}, train,
+                        test);
+  });
+  const int total = kWorkers * kEpochs * static_cast<int>(train.size() / kWorkers / kBatch);
+  const auto reach = [&](int count) {
+    for (int i = 0; i < 120000 && steps < count; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  reach(total / 5);
+  server(victim).kill();
+  reach(steps + 10);
+  restart_server(victim);
+  const int repair_began = steps;
+  smb::ClientOptions options = client_options(kTimeout);
+  options.tolerate_unreachable = true;
+  smb::Client repairer(options);
+  const auto report = repairer.repair(name + "/global");
+  const int repair_ended = steps;
+  EXPECT_EQ(report.repaired.size(), 1u);
+  EXPECT_EQ(report.clients_paused, static_cast<std::uint64_t>(kWorkers));
+  reach(steps + 10);
+  server(second).kill();
+  const int second_loss = steps;
+  training.join();  // every worker finished without an error (train_workers checks)
+  EXPECT_LT(repair_ended, total) << "the run ended before the repair did";
+  EXPECT_GT(steps.load(), second_loss) << "no step after the second loss";
+  EXPECT_GE(got, baseline - 0.05) << got << " vs one worker's " << baseline;
+  std::printf("[ accuracy ] 2 copies, repaired during steps %d-%d (paused %.1f ms), the other copy lost at step %d of "
+              "%d: %.3f (one worker: %.3f)\n",
+              repair_began, repair_ended, report.paused_seconds * 1000, second_loss, total, got, baseline);
 }
 
 // Groups with servers of their own (EngineConfig::group_servers, e.g. an
