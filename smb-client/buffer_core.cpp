@@ -217,7 +217,7 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
 
 void BufferCore::close() {
   std::call_once(closed_, [this] {
-    if (held_) client_->release_held(this, layout_.name);
+    if (!held_at_.empty()) client_->release_held(this, layout_.name, held_at_);
     for (std::uint32_t r = 0; r < replicas(); ++r)
       for (std::uint32_t s = 0; s < server_count(); ++s) {
         auto& held = segments_[std::size_t{r} * server_count() + s];

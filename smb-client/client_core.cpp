@@ -138,6 +138,32 @@ const std::string& ClientCore::home_of(std::string_view name) const {
   return sorted_servers_[protocol::home_server_index(name, sorted_servers_)];
 }
 
+std::vector<std::string> ClientCore::keepers_of(std::string_view name) const {
+  const auto n = sorted_servers_.size();
+  const auto home = protocol::home_server_index(name, sorted_servers_);
+  if (n == 1) return {sorted_servers_[home]};
+  return {sorted_servers_[home], sorted_servers_[(home + 1) % n]};
+}
+
+std::pair<Body, std::string> ClientCore::ask_keepers(const std::string& name, MessageType type, const Body& request) {
+  const auto keepers = keepers_of(name);
+  try {
+    return {home_link(name).control->call(type, request), keepers[0]};
+  } catch (const Error& at_home) {
+    // Not there: the home is gone, or restarted without the record.
+    if (keepers.size() == 1 || !(is_absence(at_home) || at_home.code() == Errc::not_found)) throw;
+    try {
+      return {link(keepers[1]).control->call(type, request), keepers[1]};
+    } catch (const Error& next) {
+      if (next.code() == Errc::not_found) throw at_home;
+      if (is_absence(next))
+        throw Error(at_home.code(), std::string(at_home.what()) + " (and its other keeper cannot be reached: " +
+                                        next.what() + ")");
+      throw;
+    }
+  }
+}
+
 std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::uint64_t size,
                                                const BufferOptions& options) {
   const std::string name(name_view);
@@ -174,8 +200,26 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
   layout.replicas = options.replicas;
 
   for (const auto& s : layout.servers) layout.instances.push_back(link(s).instance);
-  auto& home = link(home_of(name));
-  home.control->call(MessageType::reserve_name, {{"name", name}, {"layout", protocol::layout_to_body(layout)}});
+  // A replicated buffer's record is kept by both its keepers.
+  const auto keepers = layout.replicas > 1 ? keepers_of(name) : std::vector<std::string>{home_of(name)};
+  std::vector<std::string> reserved;
+  const auto abandon = [&] {
+    for (const auto& keeper : reserved) {
+      try {
+        link(keeper).control->call(MessageType::abandon_name, {{"name", name}});
+      } catch (const Error&) {
+      }
+    }
+  };
+  try {
+    for (const auto& keeper : keepers) {
+      link(keeper).control->call(MessageType::reserve_name, {{"name", name}, {"layout", protocol::layout_to_body(layout)}});
+      reserved.push_back(keeper);
+    }
+  } catch (const Error& e) {
+    abandon();
+    throw Error(e.code(), context + ": " + e.what());
+  }
   std::vector<std::pair<std::string, std::string>> allocated;  // (server, segment)
   std::vector<transport::SegmentDescriptor> descriptors(layout.replicas * layout.servers.size());
   try {
@@ -189,7 +233,7 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
         allocated.emplace_back(layout.servers[i], segment);
         descriptors[r * layout.servers.size() + i] = segment_from(reply, "alloc_segment");
       }
-    home.control->call(MessageType::commit_layout, {{"name", name}});
+    for (const auto& keeper : keepers) link(keeper).control->call(MessageType::commit_layout, {{"name", name}});
   } catch (const Error& e) {
     // Undo: no half-created buffer may keep the name or the memory.
     for (const auto& [server, segment] : allocated) {
@@ -201,10 +245,7 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
       } catch (const Error&) {
       }
     }
-    try {
-      home.control->call(MessageType::abandon_name, {{"name", name}});
-    } catch (const Error&) {
-    }
+    abandon();
     throw Error(e.code(), context + ": " + e.what());
   }
   if (layout.replicas == 1) return attach(layout, descriptors);
@@ -306,9 +347,8 @@ void ClientCore::check_copies_left(const Layout& layout, const std::vector<bool>
 void ClientCore::destroy(std::string_view name_view) {
   const std::string name(name_view);
   protocol::validate_name(name);
-  auto& home = link(home_of(name));
-  auto reply = home.control->call(MessageType::get_layout, {{"name", name}});
-  const auto layout = protocol::layout_from_body(reply["layout"], "get_layout");
+  const auto layout =
+      protocol::layout_from_body(ask_keepers(name, MessageType::get_layout, {{"name", name}}).first["layout"], "get_layout");
   for (std::uint32_t r = 0; r < layout.replicas; ++r)
     for (std::size_t i = 0; i < layout.servers.size(); ++i) {
       if (copy_share(layout, r, i) == 0) continue;
@@ -319,10 +359,13 @@ void ClientCore::destroy(std::string_view name_view) {
         if (e.code() != Errc::not_found && (layout.replicas == 1 || !is_absence(e))) throw;
       }
     }
-  try {
-    home.control->call(MessageType::destroy, {{"name", name}});  // the record, if home holds no share
-  } catch (const Error& e) {
-    if (e.code() != Errc::not_found) throw;
+  // The record, where its keepers hold no share (a keeper that is gone lost it already).
+  for (const auto& keeper : layout.replicas > 1 ? keepers_of(name) : std::vector<std::string>{home_of(name)}) {
+    try {
+      link(keeper).control->call(MessageType::destroy, {{"name", name}});
+    } catch (const Error& e) {
+      if (e.code() != Errc::not_found && (layout.replicas == 1 || !is_absence(e))) throw;
+    }
   }
 }
 
@@ -399,7 +442,7 @@ void ClientCore::stat_of(const std::string& s, ServerStatus& st) {
 }
 
 std::vector<Layout> ClientCore::list() {
-  std::vector<Layout> out;
+  std::map<std::string, Layout> by_name;  // a replicated buffer's record is kept twice: the home's wins
   for (const auto& s : sorted_servers_) {
     std::vector<Layout> kept;
     try {
@@ -411,17 +454,19 @@ std::vector<Layout> ClientCore::list() {
       note_unreachable(s, e);
       continue;
     }
-    out.insert(out.end(), kept.begin(), kept.end());
+    for (auto& l : kept)
+      if (!by_name.contains(l.name) || home_of(l.name) == s) by_name[l.name] = std::move(l);
   }
-  std::sort(out.begin(), out.end(), [](const Layout& a, const Layout& b) { return a.name < b.name; });
+  std::vector<Layout> out;
+  for (auto& [name, l] : by_name) out.push_back(std::move(l));
   return out;
 }
 
 Layout ClientCore::info(std::string_view name_view) {
   const std::string name(name_view);
   protocol::validate_name(name);
-  auto reply = home_link(name).control->call(MessageType::get_layout, {{"name", name}});
-  return protocol::layout_from_body(reply["layout"], "get_layout");
+  return protocol::layout_from_body(ask_keepers(name, MessageType::get_layout, {{"name", name}}).first["layout"],
+                                    "get_layout");
 }
 
 client::ServerLink& ClientCore::home_link(const std::string& name) {

@@ -89,8 +89,13 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // buffer holds its layout record at the home (hold_layout), so that a
   // repair pauses this client's writes to it for its final copy; a watcher
   // thread per home answers those pauses.
-  void release_held(const BufferCore* buffer, const std::string& name);
+  void release_held(const BufferCore* buffer, const std::string& name, const std::vector<std::string>& keepers);
   const std::string& home_of(std::string_view name) const;
+  // The servers that keep `name`'s layout record: its home and, in a fabric
+  // of more than one server, the next in sorted order. A replicated
+  // buffer's record is kept on both, so that losing one server loses no
+  // record (docs/reliability.md, "Layout records").
+  std::vector<std::string> keepers_of(std::string_view name) const;
   transport::ClientTransport& transport() { return *transport_; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   const std::vector<std::string>& servers() const { return sorted_servers_; }
@@ -98,6 +103,11 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
  private:
   // The home server's link, or an error naming the buffer whose layout it keeps.
   client::ServerLink& home_link(const std::string& name);
+  // `request` to the first keeper of `name` that has its record: the home,
+  // else (unreachable, or restarted without it) the next. Returns the reply
+  // and that keeper; throws the home's error when none has it.
+  std::pair<protocol::Body, std::string> ask_keepers(const std::string& name, protocol::MessageType type,
+                                                     const protocol::Body& request);
   // Opens every present copy's segment, adding each to `opened`.
   std::vector<transport::SegmentDescriptor> open_segments(const Layout& layout,
                                                           std::vector<std::pair<std::string, std::string>>& opened);
@@ -106,6 +116,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   client::ServerLink& connect(const std::string& server);
   void stat_of(const std::string& server, ServerStatus& out);
   void note_unreachable(const std::string& server, const Error& e);
+  // Repair (repair.cpp): the layout record written back to `keepers` that lost it.
+  void restore_records(const Layout& layout, const std::vector<std::string>& keepers, RepairReport& report);
   // Throws Errc::data_lost where a server of `layout` restarted since it was made.
   void check_not_lost(const Layout& layout, const std::string& context);
   // Throws Errc::data_lost where no copy of some stripes is `present`.
@@ -124,17 +136,23 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   class HoldTicket;
   protocol::Body hold_record(const std::string& name, HoldTicket& ticket);
   void finish_hold(HoldTicket& ticket, const std::shared_ptr<BufferCore>& buffer, const Layout& held_layout);
-  void start_watcher(const std::string& home);
-  static void watch_home(std::weak_ptr<ClientCore> self, std::string home);
-  bool answer_pause(const std::string& home, client::ControlConnection& connection, std::uint64_t holder,
+  void release_at(const std::string& name, const std::vector<std::string>& keepers);
+  void start_watcher(const std::string& keeper);
+  static void watch_keeper(std::weak_ptr<ClientCore> self, std::string keeper);
+  bool answer_pause(const std::string& keeper, client::ControlConnection& connection, std::uint64_t holder,
                     const protocol::Body& ask);
   // Relinks the servers whose run in `layout` differs from the one our dead link knew.
   void refresh_links(const Layout& layout, bool every_dead);
 
   struct Held {
-    std::vector<std::pair<const BufferCore*, std::weak_ptr<BufferCore>>> buffers;
-    std::uint32_t opening = 0;    // opens between hold_layout and finish_hold
-    bool paused = false;          // a repair's pause holds the gates
+    struct Open {
+      const BufferCore* raw;
+      std::weak_ptr<BufferCore> buffer;
+      std::vector<std::string> keepers;  // where it is held
+    };
+    std::vector<Open> buffers;
+    std::uint32_t opening = 0;     // opens between hold_layout and finish_hold
+    std::uint32_t pausing = 0;     // repairs' pauses (one per keeper) holding the gates
     std::optional<Layout> latest;  // the layout the last pause ended with
   };
   struct Watcher {
@@ -143,7 +161,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   };
   std::mutex held_mutex_;
   std::map<std::string, Held> held_;         // by buffer name
-  std::map<std::string, Watcher> watchers_;  // by home server
+  std::map<std::string, Watcher> watchers_;  // by keeper
 
   ClientOptions options_;
   std::string auth_secret_;  // from options_.auth_token_file (protocol/auth.hpp); empty: none
@@ -162,13 +180,13 @@ class ClientCore::HoldTicket {
   ~HoldTicket();  // unfinished: the hold (if taken) is released
   HoldTicket(const HoldTicket&) = delete;
   HoldTicket& operator=(const HoldTicket&) = delete;
-  bool held() const { return held_; }
+  bool held() const { return !keepers_.empty(); }
 
  private:
   friend class ClientCore;
   ClientCore& client_;
   std::string name_;
-  bool held_ = false;      // the home holds it for us
+  std::vector<std::string> keepers_;  // the keepers that hold it for us
   bool finished_ = false;  // the buffer owns the hold now
 };
 
@@ -187,8 +205,8 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   // there and used from now on.
   client::OpGate& gate() { return gate_; }
   void adopt(const Layout& layout);
-  // This open holds the layout record (hold_layout): close releases it.
-  void set_held() { held_ = true; }
+  // This open holds the layout record at `keepers` (hold_layout): close releases it.
+  void set_held(std::vector<std::string> keepers) { held_at_ = std::move(keepers); }
   Request write(std::uint64_t offset, std::span<const std::byte> data);
   Request read(std::uint64_t offset, std::span<std::byte> out);
   std::uint64_t atomic(bool compare_swap, std::uint64_t offset, std::uint64_t a, std::uint64_t b);
@@ -274,7 +292,7 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   std::unique_ptr<std::atomic<client::ServerLink*>[]> links_;  // per layout server; null: unreachable (replicated)
   std::vector<std::unique_ptr<transport::RemoteSegment>> owned_segments_;  // under stale_mutex_
   client::OpGate gate_;
-  bool held_ = false;
+  std::vector<std::string> held_at_;  // keepers holding the record for this open
   std::mutex adopt_mutex_;  // one adopt at a time
   std::mutex stale_mutex_;  // also guards owned_segments_ and layout_.instances
   std::set<std::pair<std::uint32_t, std::uint32_t>> stale_;  // (copy, server) left behind by its primary

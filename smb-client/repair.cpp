@@ -108,10 +108,79 @@ RepairReport ClientCore::repair(std::string_view name_view) {
   protocol::validate_name(name);
   const auto started = std::chrono::steady_clock::now();
   const std::string context = "repair buffer '" + name + "'";
-  auto& home = home_link(name);
-  auto reply = home.control->call(MessageType::begin_repair, {{"name", name}});
-  const auto layout = protocol::layout_from_body(reply["layout"], "begin_repair");
+  // The record's keepers (the home, and the next server for a replicated
+  // buffer): every one that has it is taken for the repair; one reachable
+  // without it (it restarted) gets it back at the end.
+  const auto keepers = keepers_of(name);
+  for (const auto& keeper : keepers) {
+    try {
+      relink(keeper);  // one that restarted since this client last reached it
+    } catch (const Error&) {
+    }
+  }
+  auto [reply, first] = ask_keepers(name, MessageType::begin_repair, {{"name", name}});
+  auto layout = protocol::layout_from_body(reply["layout"], "begin_repair");
   const auto n = layout.servers.size();
+  std::vector<client::ServerLink*> taken{&link(first)};
+  std::vector<std::string> missing, behind;  // keepers without the record, or with older runs in it
+  // Ends the repair at every keeper taken; with instances it commits it.
+  // Once one keeper recorded the new runs the rebuilt copies are in use: a
+  // keeper that fails then is said and left behind (the next repair brings
+  // it up to date); only when none did does the repair fail.
+  const auto end_repairs = [&](const Body& end) {
+    std::optional<Error> failure;
+    std::size_t ended = 0;
+    for (auto* keeper : taken) {
+      try {
+        keeper->control->call(MessageType::end_repair, end);
+        ++ended;
+      } catch (const Error& e) {
+        spdlog::warn("{}: ending it on {}: {}", context, keeper->control->peer(), e.what());
+        if (!failure) failure = e;
+      }
+    }
+    if (ended == 0 && failure) throw *failure;
+  };
+  // The keepers' records differ where a repair ended while one of them was
+  // unreachable: where the other names a server's current run and ours does
+  // not, the other is newer there (runs change only to a server's current one).
+  const auto take_newer_runs = [&](const Layout& theirs) {
+    bool changed = false;
+    for (std::size_t i = 0; i < n && i < theirs.instances.size() && i < layout.instances.size(); ++i) {
+      if (theirs.instances[i] == layout.instances[i]) continue;
+      try {
+        if (link(layout.servers[i]).instance != theirs.instances[i]) continue;
+      } catch (const Error&) {
+        continue;
+      }
+      layout.instances[i] = theirs.instances[i];
+      changed = true;
+    }
+    return changed;
+  };
+  if (layout.replicas > 1) {
+    for (const auto& other : keepers) {
+      if (other == first) continue;
+      try {
+        const auto theirs =
+            protocol::layout_from_body(link(other).control->call(MessageType::begin_repair, {{"name", name}})["layout"],
+                                       "begin_repair");
+        taken.push_back(&link(other));
+        if (take_newer_runs(theirs)) behind.push_back(first);
+        if (theirs.instances != layout.instances) behind.push_back(other);
+      } catch (const Error& e) {
+        if (e.code() == Errc::not_found) {
+          missing.push_back(other);
+        } else if (!client::is_absence(e)) {
+          try {
+            end_repairs({{"name", name}});
+          } catch (const Error&) {
+          }
+          throw Error(e.code(), context + ": " + e.what());
+        }
+      }
+    }
+  }
 
   // Until end_repair the record is ours; whatever fails undoes what was made.
   std::vector<std::pair<std::string, std::string>> opened, allocated;  // (server, segment)
@@ -191,13 +260,16 @@ RepairReport ClientCore::repair(std::string_view name_view) {
       };
       for (int pass = 0; pass < kCatchUpPasses; ++pass)
         if (recopy() <= bytes / kSmallEnough) break;
-      // The final pass, with every client that holds the buffer paused.
+      // The final pass, with every client that holds the buffer paused
+      // (each holds it at every keeper it reached: the most any keeper counts).
       paused_at = std::chrono::steady_clock::now();
       const auto pause_limit = options_.timeout + std::chrono::seconds(5);
-      auto paused = home.control->call(
-          MessageType::pause_holders,
-          {{"name", name}, {"timeout_ms", static_cast<std::uint64_t>(pause_limit.count())}}, pause_limit);
-      report.clients_paused = protocol::get_u64(paused, "holders", "pause_holders");
+      for (auto* keeper : taken) {
+        auto paused = keeper->control->call(
+            MessageType::pause_holders,
+            {{"name", name}, {"timeout_ms", static_cast<std::uint64_t>(pause_limit.count())}}, pause_limit);
+        report.clients_paused = std::max(report.clients_paused, protocol::get_u64(paused, "holders", "pause_holders"));
+      }
       recopy();
       for (auto& job : jobs) {
         const auto version = protocol::get_u64(
@@ -208,16 +280,17 @@ RepairReport ClientCore::repair(std::string_view name_view) {
     release(false);
     opened.clear();
     Body end{{"name", name}};
-    if (!rebuilds.empty()) {
-      auto instances = layout.instances;
-      for (const auto x : restarted) instances[x] = link(layout.servers[x]).instance;
-      end["instances"] = instances;
-    }
-    home.control->call(MessageType::end_repair, end);  // the paused clients go on, with the rebuilt copies
+    auto repaired = layout;
+    if (!rebuilds.empty())
+      for (const auto x : restarted) repaired.instances[x] = link(layout.servers[x]).instance;
+    if (!rebuilds.empty() || !behind.empty()) end["instances"] = repaired.instances;
+    end_repairs(end);  // the paused clients go on, with the rebuilt copies
+    report.records_restored = behind;
+    restore_records(repaired, missing, report);
   } catch (const Error& e) {
     release(true);
     try {
-      home.control->call(MessageType::end_repair, {{"name", name}});
+      end_repairs({{"name", name}});
     } catch (const Error&) {
       // Our session's end releases the record (and the paused clients) too.
     }
@@ -231,6 +304,23 @@ RepairReport ClientCore::repair(std::string_view name_view) {
                   report.repaired.size(), util::format_bytes(report.bytes), report.seconds,
                   util::format_bytes(report.recopied), report.clients_paused, report.paused_seconds);
   return report;
+}
+
+// Writes the record back to keepers that restarted without it; one that
+// fails is said and left for the next repair (the record is kept by the
+// other keeper meanwhile).
+void ClientCore::restore_records(const Layout& layout, const std::vector<std::string>& keepers, RepairReport& report) {
+  for (const auto& keeper : keepers) {
+    try {
+      auto& l = link(keeper);
+      l.control->call(MessageType::reserve_name, {{"name", layout.name}, {"layout", protocol::layout_to_body(layout)}});
+      l.control->call(MessageType::commit_layout, {{"name", layout.name}});
+      report.records_restored.push_back(keeper);
+    } catch (const Error& e) {
+      spdlog::warn("repair buffer '{}': its layout record could not be written back to {}: {}", layout.name, keeper,
+                   e.what());
+    }
+  }
 }
 
 namespace {

@@ -1,9 +1,10 @@
 // A client's side of online repair (docs/reliability.md, "Repair"; the
 // server's side: smb-server/repair_pauses.hpp).
 //
-// Every open of a replicated buffer holds its layout record at the home
-// server. For each home where it holds some, the client runs a watcher
-// thread on a connection of its own, long-polling watch_repairs. When a
+// Every open of a replicated buffer holds its layout record at its keepers
+// (the home and the next server). For each keeper where it holds some, the
+// client runs a watcher thread on a connection of its own, long-polling
+// watch_repairs. When a
 // repair is about to make its final copy, the watch answers with the
 // buffer's name: the watcher closes the gates of this client's Buffers of
 // that name (op_gate.hpp), waits for their writes in flight, and acks; the
@@ -14,6 +15,8 @@
 #include "protocol/layout_codec.hpp"
 
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 namespace smb {
 
@@ -38,23 +41,48 @@ ClientCore::HoldTicket::~HoldTicket() {
   {
     std::lock_guard lock(client_.held_mutex_);
     auto it = client_.held_.find(name_);
-    if (--it->second.opening == 0 && it->second.buffers.empty() && !it->second.paused) client_.held_.erase(it);
+    if (--it->second.opening == 0 && it->second.buffers.empty() && it->second.pausing == 0) client_.held_.erase(it);
   }
-  if (!held_) return;
-  try {
-    client_.link(client_.home_of(name_)).control->call(MessageType::release_layout, {{"name", name_}});
-  } catch (const Error&) {
-    // The home closing our session releases it too.
+  client_.release_at(name_, keepers_);
+}
+
+void ClientCore::release_at(const std::string& name, const std::vector<std::string>& keepers) {
+  for (const auto& keeper : keepers) {
+    try {
+      link(keeper).control->call(MessageType::release_layout, {{"name", name}});
+    } catch (const Error&) {
+      // The keeper closing our session (or going) releases it too.
+    }
   }
 }
 
+// The layout comes from the home (or the next keeper, where the home has
+// no record); a replicated buffer is then held by every keeper that has its
+// record, so that a repair reaches this client through either.
 Body ClientCore::hold_record(const std::string& name, HoldTicket& ticket) {
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   for (;;) {
-    auto reply = home_link(name).control->call(MessageType::hold_layout, {{"name", name}});
-    if (!reply.contains("repairing")) {
-      ticket.held_ = reply.contains("held");
-      if (ticket.held_) start_watcher(home_of(name));
+    auto [reply, first] = ask_keepers(name, MessageType::hold_layout, {{"name", name}});
+    bool repairing = reply.contains("repairing");
+    if (!repairing && reply.contains("held")) {
+      ticket.keepers_ = {first};
+      for (const auto& other : keepers_of(name)) {
+        if (other == first) continue;
+        try {
+          const auto also = link(other).control->call(MessageType::hold_layout, {{"name", name}});
+          if (also.contains("held")) ticket.keepers_.push_back(other);
+          repairing = repairing || also.contains("repairing");
+        } catch (const Error& e) {
+          if (!client::is_absence(e) && e.code() != Errc::not_found) throw;  // gone, or restarted without the record
+        }
+      }
+      if (repairing) {  // a pause began at the other keeper: wait for its end, like one here
+        release_at(name, ticket.keepers_);
+        ticket.keepers_.clear();
+      }
+    }
+    if (!repairing) {
+      for (const auto& keeper : ticket.keepers_) start_watcher(keeper);
       return reply;
     }
     if (std::chrono::steady_clock::now() > deadline)
@@ -71,57 +99,54 @@ void ClientCore::finish_hold(HoldTicket& ticket, const std::shared_ptr<BufferCor
     std::lock_guard lock(held_mutex_);
     auto& held = held_[ticket.name_];
     held.opening -= 1;
-    held.buffers.emplace_back(buffer.get(), buffer);
+    held.buffers.push_back({buffer.get(), buffer, ticket.keepers_});
     ticket.finished_ = true;
     if (held.latest && held.latest->instances != held_layout.instances) newer = held.latest;
-    paused = held.paused;
+    paused = held.pausing > 0;
   }
-  buffer->set_held();
+  buffer->set_held(ticket.keepers_);
   // A pause that began meanwhile: nothing of this buffer is in flight yet.
   if (paused) buffer->gate().pause(std::chrono::steady_clock::now(), [] {}, [](client::ServerLink*) { return true; });
   if (newer) buffer->adopt(*newer);
   // The pause may have ended before the gate closed: open it unless one runs.
   std::lock_guard lock(held_mutex_);
-  if (paused && !held_[ticket.name_].paused) buffer->gate().resume();
+  if (paused && held_[ticket.name_].pausing == 0) buffer->gate().resume();
 }
 
-void ClientCore::release_held(const BufferCore* buffer, const std::string& name) {
+void ClientCore::release_held(const BufferCore* buffer, const std::string& name, const std::vector<std::string>& keepers) {
   {
     std::lock_guard lock(held_mutex_);
     auto it = held_.find(name);
     if (it != held_.end()) {
-      std::erase_if(it->second.buffers, [&](const auto& b) { return b.first == buffer || b.second.expired(); });
-      if (it->second.buffers.empty() && it->second.opening == 0 && !it->second.paused) held_.erase(it);
+      std::erase_if(it->second.buffers, [&](const auto& b) { return b.raw == buffer || b.buffer.expired(); });
+      if (it->second.buffers.empty() && it->second.opening == 0 && it->second.pausing == 0) held_.erase(it);
     }
   }
-  try {
-    link(home_of(name)).control->call(MessageType::release_layout, {{"name", name}});
-  } catch (const Error&) {
-    // The home closing our session releases it too.
-  }
+  release_at(name, keepers);
 }
 
-void ClientCore::start_watcher(const std::string& home) {
+void ClientCore::start_watcher(const std::string& keeper) {
   std::lock_guard lock(held_mutex_);
-  auto& watcher = watchers_[home];
+  auto& watcher = watchers_[keeper];
   if (watcher.running) return;
   if (watcher.thread.joinable()) watcher.thread.join();  // it said it ends: it has, or is about to
   watcher.running = true;
-  watcher.thread = std::thread(&ClientCore::watch_home, weak_from_this(), home);
+  watcher.thread = std::thread(&ClientCore::watch_keeper, weak_from_this(), keeper);
 }
 
 // The thread keeps only a weak hold on the client, and none while it waits,
 // so that dropping the last Buffer ends the client (and this thread) at once.
-void ClientCore::watch_home(std::weak_ptr<ClientCore> weak, std::string home) {
+void ClientCore::watch_keeper(std::weak_ptr<ClientCore> weak, std::string keeper) {
   std::shared_ptr<client::ControlConnection> connection;
   std::uint64_t holder = 0;
   for (;;) {
     Body reply;
+    bool gone = false;
     try {
       {
         auto self = weak.lock();
         if (!self) return;
-        auto& l = self->link(home);
+        auto& l = self->link(keeper);
         holder = l.control->session();
         if (!connection) connection = l.waits->acquire();
       }
@@ -129,27 +154,31 @@ void ClientCore::watch_home(std::weak_ptr<ClientCore> weak, std::string home) {
                                {{"holder", holder}, {"timeout_ms", static_cast<std::uint64_t>(kWatchWait.count())}},
                                kWatchWait);
     } catch (const Error& e) {
-      // The home is gone, and our holds with it: no repair can pause us now.
-      spdlog::debug("repair watch on {} ends: {}", home, e.what());
-      reply = Body{{"stop", true}};
+      // The keeper is gone, and our holds there with it: no repair can pause us now.
+      spdlog::debug("repair watch on {} ends: {}", keeper, e.what());
+      gone = true;
     }
     auto self = weak.lock();
     if (!self) return;
     if (reply.contains("name")) {
       try {
-        self->answer_pause(home, *connection, holder, reply);
+        self->answer_pause(keeper, *connection, holder, reply);
       } catch (const Error& e) {
-        spdlog::warn("answering a repair's pause of '{}' on {}: {}", reply.value("name", std::string()), home, e.what());
+        spdlog::warn("answering a repair's pause of '{}' on {}: {}", reply.value("name", std::string()), keeper, e.what());
       }
       continue;
     }
-    if (!reply.contains("stop")) continue;
+    if (!gone && !reply.contains("stop")) continue;
     {
       std::lock_guard lock(self->held_mutex_);
-      bool holds_here = false;
-      for (const auto& [name, held] : self->held_) holds_here = holds_here || self->home_of(name) == home;
-      if (!holds_here || connection->broken()) {
-        self->watchers_[home].running = false;
+      bool holds_here = false;  // an open on its way may be about to hold here
+      for (const auto& [name, held] : self->held_) {
+        holds_here = holds_here || held.opening > 0;
+        for (const auto& open : held.buffers)
+          holds_here = holds_here || std::find(open.keepers.begin(), open.keepers.end(), keeper) != open.keepers.end();
+      }
+      if (gone || !holds_here) {
+        self->watchers_[keeper].running = false;
         return;
       }
     }
@@ -161,20 +190,20 @@ void ClientCore::watch_home(std::weak_ptr<ClientCore> weak, std::string home) {
 // their writes have landed, and adopts the layout the repair leaves.
 // Returns false where they did not drain in time (no ack: the repair's
 // pause fails and it retries later).
-bool ClientCore::answer_pause(const std::string& home, client::ControlConnection& connection, std::uint64_t holder,
+bool ClientCore::answer_pause(const std::string& keeper, client::ControlConnection& connection, std::uint64_t holder,
                               const Body& ask) {
   const auto name = protocol::get_name(ask, "name", "watch_repairs");
   const auto epoch = protocol::get_u64(ask, "epoch", "watch_repairs");
   const auto live = [&] {
     std::vector<std::shared_ptr<BufferCore>> out;
     std::lock_guard lock(held_mutex_);
-    for (const auto& [raw, weak] : held_[name].buffers)
-      if (auto b = weak.lock()) out.push_back(std::move(b));
+    for (const auto& open : held_[name].buffers)
+      if (auto b = open.buffer.lock()) out.push_back(std::move(b));
     return out;
   };
   {
     std::lock_guard lock(held_mutex_);
-    held_[name].paused = true;
+    held_[name].pausing += 1;
   }
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   bool drained = true;
@@ -191,7 +220,7 @@ bool ClientCore::answer_pause(const std::string& home, client::ControlConnection
                                    kAckWait);
       layout = protocol::layout_from_body(reply.at("layout"), "ack_pause");
     } catch (const Error& e) {
-      spdlog::warn("buffer '{}': a repair's pause on {} ended without its layout: {}", name, home, e.what());
+      spdlog::warn("buffer '{}': a repair's pause on {} ended without its layout: {}", name, keeper, e.what());
     }
   } else {
     spdlog::warn("buffer '{}': its writes in flight did not land within {} ms; the repair's pause is refused", name,
@@ -210,15 +239,17 @@ bool ClientCore::answer_pause(const std::string& home, client::ControlConnection
       }
     }
   }
+  bool last = false;  // the buffer's other keeper may pause it for the same repair: the last one resumes
   {
     std::lock_guard lock(held_mutex_);
-    held_[name].paused = false;
+    last = --held_[name].pausing == 0;
   }
-  for (const auto& buffer : live()) buffer->gate().resume();
+  if (last)
+    for (const auto& buffer : live()) buffer->gate().resume();
   std::lock_guard lock(held_mutex_);
   if (auto it = held_.find(name); it != held_.end()) {  // every Buffer of it may have closed meanwhile
-    std::erase_if(it->second.buffers, [](const auto& b) { return b.second.expired(); });
-    if (it->second.buffers.empty() && it->second.opening == 0) held_.erase(it);
+    std::erase_if(it->second.buffers, [](const auto& b) { return b.buffer.expired(); });
+    if (it->second.buffers.empty() && it->second.opening == 0 && it->second.pausing == 0) held_.erase(it);
   }
   return drained;
 }

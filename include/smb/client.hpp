@@ -132,6 +132,7 @@ struct RepairReport {
   std::string name;
   std::vector<Copy> repaired;            ///< none: every copy was whole
   std::vector<std::string> unreachable;  ///< servers of the layout not reached now (their copies wait for them)
+  std::vector<std::string> records_restored;  ///< keepers of its layout record that had lost it (restarted), written back
   std::uint64_t bytes = 0;               ///< bytes copied (the first pass and the recopies)
   std::uint64_t recopied = 0;            ///< of those, bytes copied again: clients changed them during the copy
   std::uint64_t clients_paused = 0;      ///< clients that had it open, paused for the final copy

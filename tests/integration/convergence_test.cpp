@@ -319,7 +319,7 @@ TEST_P(ConvergenceTest, TrainingGoesOnWhenAMemoryServerIsKilled) {
 // final pass), then the server that held the other copy is killed too, so
 // that the weights live only in the rebuilt copy; the run finishes at the
 // accuracy of one worker. The layout's home and the final barrier's are
-// kept on servers that stay (layout records and barriers are not replicated).
+// kept on servers that stay (the layout is repaired through its home; barriers are not replicated).
 TEST_P(ConvergenceTest, TrainingGoesOnThroughARepairAndASecondLoss) {
   Dataset train, test;
   make_data(train, test);

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -225,6 +226,98 @@ TEST_P(RepairTest, ARepairThatCannotPauseEveryHolderChangesNothing) {
   EXPECT_TRUE(got == pattern_bytes(0, got.size(), 1)) << "the write made while the failed repair ran";
   held.read(0, got);
   EXPECT_TRUE(got == pattern_bytes(0, got.size(), 1));
+}
+
+// A replicated buffer's layout record is kept by its home and the next
+// server: with the home killed, the buffer is still listed, opened, read and
+// written; with the home restarted empty, a repair rebuilds its copies there
+// and writes the record back, and the buffer then survives losing the
+// other keeper too, down to its destroy.
+TEST_P(RepairTest, ABufferSurvivesLosingTheHomeOfItsLayout) {
+  const std::string name = "homeless";
+  const std::size_t size = 3 * kUnit * 4;
+  const auto home = home_of(name);
+  std::vector<std::string> sorted;
+  for (int i = 0; i < server_count(); ++i) sorted.push_back(server(static_cast<std::size_t>(i)).address());
+  std::sort(sorted.begin(), sorted.end());
+  const auto next = sorted[(static_cast<std::size_t>(std::find(sorted.begin(), sorted.end(), server(home).address()) -
+                                                     sorted.begin()) + 1) % sorted.size()];
+  std::size_t other_keeper = 0;
+  while (server(other_keeper).address() != next) ++other_keeper;
+
+  auto writer = make_client();  // holds the buffer open through all of it
+  auto held = writer.create(name, size, replicated());
+  held.write(0, pattern_bytes(0, size));
+  server(home).kill();
+  {
+    ByteVec got(size);
+    fresh_client().open(name).read(0, got);
+    EXPECT_TRUE(holds_pattern(got, 0)) << "opened through the other keeper";
+    const auto listed = run_smbctl({"--json", "ls"});
+    EXPECT_TRUE(mentions(listed.out, "\"" + name + "\"")) << listed.describe();
+    EXPECT_TRUE(state_of(name).starts_with("degraded")) << state_of(name);
+  }
+  held.write(0, pattern_bytes(0, size, 1));
+  restart_server(home);
+  const auto report = fresh_client().repair(name);
+  EXPECT_EQ(report.records_restored, std::vector<std::string>{server(home).address()});
+  EXPECT_EQ(report.repaired.size(), 2u);
+  EXPECT_EQ(report.clients_paused, 1u) << "the writer, through the keeper that stayed";
+  EXPECT_EQ(state_of(name), "ok");
+  held.write(0, pattern_bytes(0, size, 2));  // reaches the rebuilt copies: the writer adopted them
+  server(other_keeper).kill();
+  ByteVec got(size);
+  fresh_client().open(name).read(0, got);
+  EXPECT_TRUE(got == pattern_bytes(0, size, 2)) << "read through the written-back record";
+  held.close();
+  fresh_client().destroy(name);
+  expect_error([&] { fresh_client().open(name); }, smb::Errc::not_found, "no buffer named");
+}
+
+// A keeper that missed a repair's end (unreachable but alive then) keeps
+// the older runs; the next repair finds the keepers' records differ, takes
+// each server's current run, and writes it back. Here the backup keeper is
+// set back by hand (a bare session's begin_repair / end_repair with the
+// runs from before); then the home is killed and the buffer opens whole
+// through the backup (with its old record it would take the repaired
+// server for restarted, and the stripes whose other copy was on the home
+// for lost).
+TEST_P(RepairTest, AKeeperLeftBehindIsBroughtUpToDate) {
+  const std::string name = "behind";
+  const std::size_t size = 3 * kUnit * 4;
+  make_client().create(name, size, replicated()).write(0, pattern_bytes(0, size));
+  const auto home = home_of(name);
+  std::vector<std::string> sorted;
+  for (int i = 0; i < server_count(); ++i) sorted.push_back(server(static_cast<std::size_t>(i)).address());
+  std::sort(sorted.begin(), sorted.end());
+  const auto at = static_cast<std::size_t>(std::find(sorted.begin(), sorted.end(), server(home).address()) - sorted.begin());
+  const auto backup = sorted[(at + 1) % 3], third = sorted[(at + 2) % 3];
+  std::size_t victim = 0;
+  while (server(victim).address() != third) ++victim;
+
+  const auto before = fresh_client().info(name).instances;
+  restart_server(victim);
+  ASSERT_EQ(fresh_client().repair(name).repaired.size(), 2u);
+  {
+    RawConnection raw(backup);
+    raw.send(msgpack_frame(1, 1, {{"client", "test"}, {"transport", fabric_transport()}}));
+    ASSERT_TRUE(raw.receive());
+    raw.send(msgpack_frame(22, 2, {{"name", name}}));  // begin_repair
+    ASSERT_TRUE(raw.receive());
+    raw.send(msgpack_frame(23, 3, {{"name", name}, {"instances", before}}));  // end_repair, with the old runs
+    const auto ended = raw.receive();
+    ASSERT_TRUE(ended && !ended->body.contains("error")) << (ended ? ended->body.dump() : "no reply");
+  }
+  const auto report = fresh_client().repair(name);
+  EXPECT_TRUE(report.repaired.empty());
+  EXPECT_EQ(report.records_restored, std::vector<std::string>{backup});
+  server(home).kill();
+  const auto state = state_of(name);
+  EXPECT_TRUE(state.starts_with("degraded: copies on " + server(home).address() + " unreachable")) << state;
+  EXPECT_FALSE(mentions(state, third)) << "the repaired server taken for restarted: " << state;
+  ByteVec got(size);
+  fresh_client().open(name).read(0, got);
+  EXPECT_TRUE(holds_pattern(got, 0));
 }
 
 TEST_P(RepairTest, TheWatchModeRepairsAServerThatComesBack) {

@@ -30,7 +30,8 @@ Outcome repair_one(Client& client, const std::string& name) {
   out.report.name = name;
   try {
     out.report = client.repair(name);
-    out.result = !out.report.unreachable.empty() ? "waiting" : out.report.repaired.empty() ? "whole" : "repaired";
+    const bool did = !out.report.repaired.empty() || !out.report.records_restored.empty();
+    out.result = !out.report.unreachable.empty() ? "waiting" : did ? "repaired" : "whole";
     if (!out.report.unreachable.empty()) out.error = "servers unreachable: copies there wait for them";
   } catch (const Error& e) {
     if (e.code() != Errc::busy && e.code() != Errc::data_lost && e.code() != Errc::server_gone) throw;
@@ -65,6 +66,7 @@ nlohmann::json to_json(const Outcome& o) {
                    {"clients_paused", o.report.clients_paused},
                    {"paused_seconds", o.report.paused_seconds},
                    {"seconds", o.report.seconds},
+                   {"records_restored", o.report.records_restored},
                    {"unreachable", o.report.unreachable}};
   if (!o.error.empty()) j["error"] = o.error;
   return j;
@@ -82,6 +84,7 @@ std::string line(const Outcome& o) {
     for (const auto& c : o.report.repaired)
       text += "\n  copy " + std::to_string(c.replica) + " on " + c.server + " from " + c.source;
   }
+  for (const auto& keeper : o.report.records_restored) text += "\n  layout record written back to " + keeper;
   if (!o.error.empty()) text += ": " + o.error;
   return text;
 }

@@ -318,6 +318,7 @@ void bind_records(py::module_& m) {
       .def_readonly("name", &RepairReport::name)
       .def_readonly("repaired", &RepairReport::repaired)
       .def_readonly("unreachable", &RepairReport::unreachable)
+      .def_readonly("records_restored", &RepairReport::records_restored)
       .def_readonly("bytes", &RepairReport::bytes)
       .def_readonly("recopied", &RepairReport::recopied)
       .def_readonly("clients_paused", &RepairReport::clients_paused)
