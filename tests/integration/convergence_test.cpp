@@ -289,13 +289,10 @@ TEST_P(ConvergenceTest, TrainingGoesOnWhenAMemoryServerIsKilled) {
   const double baseline = one_worker_accuracy(train, test);
   // The weights (650 floats, one stripe) have copy 0 on the first server in
   // sorted order: that one dies. A name whose final barrier lives elsewhere:
-  std::vector<std::string> sorted;
-  for (int i = 0; i < server_count(); ++i) sorted.push_back(server(static_cast<std::size_t>(i)).address());
-  std::sort(sorted.begin(), sorted.end());
+  const auto sorted = sorted_addresses();
   std::string name;
   for (int k = 0; name.empty() || home_of(name + "/done", sorted) == sorted[0]; ++k) name = "replicated-" + std::to_string(k);
-  std::size_t victim = 0;
-  while (server(victim).address() != sorted[0]) ++victim;
+  const auto victim = index_of(sorted[0]);
 
   constexpr int kWorkers = 2;
   std::atomic<int> steps{0};
@@ -319,25 +316,19 @@ TEST_P(ConvergenceTest, TrainingGoesOnWhenAMemoryServerIsKilled) {
 // final pass), then the server that held the other copy is killed too, so
 // that the weights live only in the rebuilt copy; the run finishes at the
 // accuracy of one worker. The layout's home and the final barrier's are
-// kept on servers that stay (the layout is repaired through its home; barriers are not replicated).
+// kept on servers that stay (the layout is repaired through its home;
+// barriers are not replicated).
 TEST_P(ConvergenceTest, TrainingGoesOnThroughARepairAndASecondLoss) {
   Dataset train, test;
   make_data(train, test);
   const double baseline = one_worker_accuracy(train, test);
-  std::vector<std::string> sorted;
-  for (int i = 0; i < server_count(); ++i) sorted.push_back(server(static_cast<std::size_t>(i)).address());
-  std::sort(sorted.begin(), sorted.end());
+  const auto sorted = sorted_addresses();
   // The weights (one stripe): copy 0 on sorted[0] (restarted), copy 1 on sorted[1] (lost after the repair).
   std::string name;
   for (int k = 0; name.empty() || home_of(name + "/global", sorted) == sorted[0] ||
                   home_of(name + "/done", sorted) == sorted[1];
        ++k)
     name = "repaired-" + std::to_string(k);
-  const auto index_of = [&](const std::string& address) {
-    std::size_t i = 0;
-    while (server(i).address() != address) ++i;
-    return i;
-  };
   const auto victim = index_of(sorted[0]), second = index_of(sorted[1]);
 
   constexpr int kWorkers = 2;

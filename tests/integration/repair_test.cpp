@@ -237,13 +237,7 @@ TEST_P(RepairTest, ABufferSurvivesLosingTheHomeOfItsLayout) {
   const std::string name = "homeless";
   const std::size_t size = 3 * kUnit * 4;
   const auto home = home_of(name);
-  std::vector<std::string> sorted;
-  for (int i = 0; i < server_count(); ++i) sorted.push_back(server(static_cast<std::size_t>(i)).address());
-  std::sort(sorted.begin(), sorted.end());
-  const auto next = sorted[(static_cast<std::size_t>(std::find(sorted.begin(), sorted.end(), server(home).address()) -
-                                                     sorted.begin()) + 1) % sorted.size()];
-  std::size_t other_keeper = 0;
-  while (server(other_keeper).address() != next) ++other_keeper;
+  const auto other_keeper = index_of(keeper_after(home, 1));
 
   auto writer = make_client();  // holds the buffer open through all of it
   auto held = writer.create(name, size, replicated());
@@ -287,13 +281,8 @@ TEST_P(RepairTest, AKeeperLeftBehindIsBroughtUpToDate) {
   const std::size_t size = 3 * kUnit * 4;
   make_client().create(name, size, replicated()).write(0, pattern_bytes(0, size));
   const auto home = home_of(name);
-  std::vector<std::string> sorted;
-  for (int i = 0; i < server_count(); ++i) sorted.push_back(server(static_cast<std::size_t>(i)).address());
-  std::sort(sorted.begin(), sorted.end());
-  const auto at = static_cast<std::size_t>(std::find(sorted.begin(), sorted.end(), server(home).address()) - sorted.begin());
-  const auto backup = sorted[(at + 1) % 3], third = sorted[(at + 2) % 3];
-  std::size_t victim = 0;
-  while (server(victim).address() != third) ++victim;
+  const auto backup = keeper_after(home, 1), third = keeper_after(home, 2);
+  const auto victim = index_of(third);
 
   const auto before = fresh_client().info(name).instances;
   restart_server(victim);

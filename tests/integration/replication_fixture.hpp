@@ -33,16 +33,18 @@ class ReplicationTest : public FabricTest {
     o.replicas = 2;
     return o;
   }
-  // The server keeping `name`'s layout record (not replicated yet), as
-  // libsmb finds it: xxh64 of the name over the sorted server addresses.
-  std::size_t home_of(const std::string& name) {
-    std::vector<std::string> sorted;
-    for (int i = 0; i < server_count(); ++i) sorted.push_back(server(static_cast<std::size_t>(i)).address());
-    std::sort(sorted.begin(), sorted.end());
-    const auto& home = sorted[XXH64(name.data(), name.size(), 0x534d42) % sorted.size()];
-    for (std::size_t i = 0; i < sorted.size(); ++i)
-      if (server(i).address() == home) return i;
-    return 0;
+  // The home of `name` (the first keeper of its layout record), as libsmb
+  // finds it: xxh64 of the name over the sorted server addresses.
+  std::size_t home_of(const std::string& name) const {
+    const auto sorted = sorted_addresses();
+    return index_of(sorted[XXH64(name.data(), name.size(), 0x534d42) % sorted.size()]);
+  }
+  // The server `steps` after server `index` in sorted order (1: the other
+  // keeper of a replicated buffer homed there).
+  std::string keeper_after(std::size_t index, std::size_t steps) const {
+    const auto sorted = sorted_addresses();
+    const auto at = static_cast<std::size_t>(std::find(sorted.begin(), sorted.end(), addresses()[index]) - sorted.begin());
+    return sorted[(at + steps) % sorted.size()];
   }
   // A server whose loss leaves the buffer's layout reachable.
   std::size_t not_home_of(const std::string& name) { return (home_of(name) + 1) % 3; }

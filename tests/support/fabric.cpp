@@ -137,6 +137,18 @@ std::vector<std::string> FabricTest::addresses() const {
   return out;
 }
 
+std::vector<std::string> FabricTest::sorted_addresses() const {
+  auto out = addresses();
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::size_t FabricTest::index_of(const std::string& address) const {
+  for (std::size_t i = 0; i < servers_.size(); ++i)
+    if (servers_[i]->address() == address) return i;
+  throw std::invalid_argument("no server of this fabric at " + address);
+}
+
 std::string FabricTest::server_list() const {
   std::string out;
   for (const auto& s : servers_) out += (out.empty() ? "" : ",") + s->address();

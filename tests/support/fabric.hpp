@@ -71,6 +71,10 @@ class FabricTest : public testing::TestWithParam<FabricParam> {
   // on the same address: a crashed server that came back.
   void restart_server(std::size_t index);
   std::vector<std::string> addresses() const;
+  // The addresses in the order libsmb places names by (sorted), and the
+  // index of the server at `address`.
+  std::vector<std::string> sorted_addresses() const;
+  std::size_t index_of(const std::string& address) const;
   std::string server_list() const;  // "h:p,h:p", as --servers takes it
 
   ClientOptions client_options(std::chrono::milliseconds timeout = kTimeout) const;
