@@ -139,7 +139,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void release_at(const std::string& name, const std::vector<std::string>& keepers);
   void start_watcher(const std::string& keeper);
   static void watch_keeper(std::weak_ptr<ClientCore> self, std::string keeper);
-  bool answer_pause(const std::string& keeper, client::ControlConnection& connection, std::uint64_t holder,
+  void answer_pause(const std::string& keeper, client::ControlConnection& connection, std::uint64_t holder,
                     const protocol::Body& ask);
   // Relinks the servers whose run in `layout` differs from the one our dead link knew.
   void refresh_links(const Layout& layout, bool every_dead);

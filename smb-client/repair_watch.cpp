@@ -188,9 +188,9 @@ void ClientCore::watch_keeper(std::weak_ptr<ClientCore> weak, std::string keeper
 
 // Pauses this client's Buffers of the buffer the watch named, acks once
 // their writes have landed, and adopts the layout the repair leaves.
-// Returns false where they did not drain in time (no ack: the repair's
-// pause fails and it retries later).
-bool ClientCore::answer_pause(const std::string& keeper, client::ControlConnection& connection, std::uint64_t holder,
+// Where they do not drain in time there is no ack: the repair's pause
+// fails, and a later repair tries again.
+void ClientCore::answer_pause(const std::string& keeper, client::ControlConnection& connection, std::uint64_t holder,
                               const Body& ask) {
   const auto name = protocol::get_name(ask, "name", "watch_repairs");
   const auto epoch = protocol::get_u64(ask, "epoch", "watch_repairs");
@@ -251,7 +251,6 @@ bool ClientCore::answer_pause(const std::string& keeper, client::ControlConnecti
     std::erase_if(it->second.buffers, [](const auto& b) { return b.buffer.expired(); });
     if (it->second.buffers.empty() && it->second.opening == 0 && it->second.pausing == 0) held_.erase(it);
   }
-  return drained;
 }
 
 void ClientCore::refresh_links(const Layout& layout, bool every_dead) {

@@ -204,13 +204,12 @@ void Registry::abandon_name(SessionId session, const std::string& name) {
   if (it != records_.end() && !it->second.committed && it->second.owner == session) erase_record(it);
 }
 
-Layout Registry::get_layout(const std::string& name, bool* repairing) const {
+Layout Registry::get_layout(const std::string& name) const {
   std::lock_guard lock(mutex_);
   auto it = records_.find(name);
   if (it == records_.end()) throw Error(Errc::not_found, "no buffer named '" + name + "'");
   if (!it->second.committed)
     throw Error(Errc::not_found, "buffer '" + name + "' is still being created; retry");
-  if (repairing) *repairing = it->second.repairer != 0;
   return it->second.layout;
 }
 

@@ -104,8 +104,7 @@ class Registry {
   void reserve_name(SessionId session, const Layout& layout);
   void commit_layout(SessionId session, const std::string& name);
   void abandon_name(SessionId session, const std::string& name);
-  // `repairing`, where given, tells whether a repair holds the record now.
-  Layout get_layout(const std::string& name, bool* repairing = nullptr) const;
+  Layout get_layout(const std::string& name) const;
   // Repair (smbctl repair): marks the record as being repaired by `session`
   // until end_repair or until the session closes (clients go on meanwhile:
   // repair_pauses.hpp). Throws busy when another session repairs it.

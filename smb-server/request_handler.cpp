@@ -115,11 +115,8 @@ Body RequestHandler::abandon_name(SessionId session, const Body& req) {
 }
 
 Body RequestHandler::get_layout(SessionId, const Body& req) {
-  bool repairing = false;
-  auto layout = registry_.get_layout(protocol::get_name(req, "name", "get_layout"), &repairing);
-  Body reply{{"layout", protocol::layout_to_body(layout)}};
-  if (repairing) reply["repairing"] = true;
-  return protocol::ok_reply(std::move(reply));
+  return protocol::ok_reply(
+      {{"layout", protocol::layout_to_body(registry_.get_layout(protocol::get_name(req, "name", "get_layout")))}});
 }
 
 Body RequestHandler::begin_repair(SessionId session, const Body& req) {
