@@ -18,9 +18,11 @@ BufferCore::BufferCore(std::shared_ptr<ClientCore> client, Layout layout,
       name_(std::make_shared<const std::string>(layout_.name)),
       segments_(std::make_unique<std::atomic<transport::RemoteSegment*>[]>(segments.size())),
       links_(std::make_unique<std::atomic<client::ServerLink*>[]>(layout_.servers.size())),
-      owned_segments_(std::move(segments)) {
+      owned_segments_(std::move(segments)),
+      losses_seen_(layout_.servers.size(), true) {  // the record was just read
   for (std::uint32_t r = 0; r < layout_.replicas; ++r) segment_names_.push_back(protocol::segment_name(layout_.name, r));
   for (std::size_t i = 0; i < owned_segments_.size(); ++i) segments_[i] = owned_segments_[i].get();
+  for (const auto& copy : layout_.stale) stale_.insert({copy.replica, copy.server});
   for (std::uint32_t i = 0; i < server_count(); ++i) {
     try {
       links_[i] = &client_->link(layout_.servers[i]);
@@ -237,23 +239,68 @@ bool BufferCore::usable(std::uint32_t replica, std::uint32_t server) {
   return !stale_.contains({replica, server});
 }
 
-void BufferCore::mark_stale(std::uint32_t replica, std::uint32_t server, const std::string& why) {
+void BufferCore::mark_stale(std::uint32_t replica, std::uint32_t server, const std::string& why, bool lives) {
   {
     std::lock_guard lock(stale_mutex_);
     if (!stale_.insert({replica, server}).second) return;
   }
   spdlog::warn("buffer '{}': copy {} on server {} is no longer used by this client: {}", layout_.name, replica,
                layout_.servers[server], why);
+  // A server that only seemed lost (a timeout, a partition) keeps a copy
+  // that missed this op: every client must leave it, not only this one.
+  try {
+    if (!client_->record_stale(layout_.name, {replica, server}, why)) {
+      std::lock_guard lock(stale_mutex_);
+      unrecorded_.insert({replica, server});
+    }
+  } catch (const Error& e) {
+    if (lives) throw Error(e.code(), "buffer '" + layout_.name + "': its copies diverged: " + e.what());
+  }
+}
+
+void BufferCore::learn_stale(const std::vector<CopyRef>& stale) {
+  std::lock_guard lock(stale_mutex_);
+  for (const auto& copy : stale)
+    if (copy.replica < replicas() && copy.server < server_count() && stale_.insert({copy.replica, copy.server}).second)
+      spdlog::info("buffer '{}': copy {} on server {} fell behind the others (recorded by another client); no longer used",
+                   layout_.name, copy.replica, layout_.servers[copy.server]);
+}
+
+void BufferCore::learn_after_losses() {
+  bool lost_since = false;
+  {
+    std::lock_guard lock(stale_mutex_);
+    for (std::uint32_t s = 0; s < server_count(); ++s) {
+      const bool lost = !alive(s);
+      lost_since = lost_since || (lost && !losses_seen_[s]);
+      losses_seen_[s] = lost;
+    }
+  }
+  if (!lost_since) return;
+  try {
+    learn_stale(client_->recorded_stale(layout_.name));
+  } catch (const Error& e) {
+    spdlog::warn("buffer '{}': after losing a server, its record of stale copies could not be read: {}", layout_.name,
+                 e.what());
+  }
 }
 
 std::uint32_t BufferCore::first_usable(std::uint32_t position, const char* op) {
+  learn_after_losses();
   for (std::uint32_t r = 0; r < replicas(); ++r)
     if (usable(r, replica_server(position, r))) return r;
   std::string where;
-  for (std::uint32_t r = 0; r < replicas(); ++r)
-    where += (r == 0 ? "" : ", ") + layout_.servers[replica_server(position, r)];
-  throw Error(Errc::server_gone,
-              "buffer '" + layout_.name + "': " + op + ": every copy of its stripes on " + where + " is gone");
+  for (std::uint32_t r = 0; r < replicas(); ++r) {
+    const auto s = replica_server(position, r);
+    bool stale = false;
+    {
+      std::lock_guard lock(stale_mutex_);
+      stale = stale_.contains({r, s});
+    }
+    where += (r == 0 ? "" : ", ") + layout_.servers[s] + (stale ? " (behind the others)" : "");
+  }
+  throw Error(Errc::server_gone, "buffer '" + layout_.name + "': " + op + ": every copy of its stripes on " + where +
+                                     " is gone or behind the others");
 }
 
 }  // namespace smb

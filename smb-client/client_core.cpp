@@ -173,7 +173,7 @@ std::shared_ptr<BufferCore> ClientCore::create(std::string_view name_view, std::
   if (options.stripe_unit == 0 || options.stripe_unit % 8 != 0)
     throw Error(Errc::invalid_argument, context + ": stripe unit " + std::to_string(options.stripe_unit) +
                                             " must be a positive multiple of 8");
-  Layout layout{name, size, options.stripe_unit, {}, {}, {}, 1};
+  Layout layout{name, size, options.stripe_unit, {}, {}, {}, 1, {}};
   if (options.servers.empty()) {
     layout.servers = sorted_servers_;
   } else {
@@ -335,12 +335,14 @@ void ClientCore::check_copies_left(const Layout& layout, const std::vector<bool>
     bool any = false;
     std::string where;
     for (std::uint32_t r = 0; r < layout.replicas; ++r) {
-      any = any || present[protocol::copy_server(p, r, n)];
-      where += (r == 0 ? "" : ", ") + layout.servers[protocol::copy_server(p, r, n)];
+      const auto s = protocol::copy_server(p, r, n);
+      const bool stale = std::find(layout.stale.begin(), layout.stale.end(), CopyRef{r, s}) != layout.stale.end();
+      any = any || (present[s] && !stale);
+      where += (r == 0 ? "" : ", ") + layout.servers[s] + (stale ? " (stale)" : "");
     }
     if (!any)
       throw Error(Errc::data_lost, context + ": lost: every copy of its stripes on " + where +
-                                       " is gone (servers unreachable or restarted)");
+                                       " is gone (servers unreachable or restarted, or copies left behind)");
   }
 }
 
@@ -461,6 +463,29 @@ std::vector<Layout> ClientCore::list() {
   for (auto& [name, l] : by_name) out.push_back(std::move(l));
   return out;
 }
+
+bool ClientCore::record_stale(const std::string& name, CopyRef copy, const std::string& why) {
+  const Body request{{"name", name}, {"copy", copy.replica}, {"server", copy.server}, {"why", why}};
+  std::optional<Error> failure;
+  bool recorded = false;
+  for (const auto& keeper : keepers_of(name)) {
+    try {
+      auto& l = link(keeper);
+      if (!l.alive()) continue;  // a keeper that is gone keeps nothing
+      l.control->call(MessageType::mark_stale, request);
+      recorded = true;
+    } catch (const Error& e) {
+      if (e.code() == Errc::data_lost) throw;
+      if (!failure && e.code() != Errc::not_found) failure = e;  // not_found: a keeper that restarted without it
+    }
+  }
+  if (!recorded)
+    spdlog::warn("buffer '{}': copy {} on server {} could not be recorded as behind at its keepers{}{}", name,
+                 copy.replica, copy.server, failure ? ": " : "", failure ? failure->what() : "");
+  return recorded;
+}
+
+std::vector<CopyRef> ClientCore::recorded_stale(const std::string& name) { return info(name).stale; }
 
 Layout ClientCore::info(std::string_view name_view) {
   const std::string name(name_view);

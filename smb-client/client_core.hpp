@@ -96,6 +96,13 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // buffer's record is kept on both, so that losing one server loses no
   // record (docs/reliability.md, "Layout records").
   std::vector<std::string> keepers_of(std::string_view name) const;
+  // Stale copies (Layout::stale): records one at every keeper of `name` that
+  // this client reaches (mark_stale), so that every client leaves it until a
+  // repair. Throws data_lost where a keeper refuses: every other copy of its
+  // stripes is stale already. False where no keeper could be reached.
+  bool record_stale(const std::string& name, CopyRef copy, const std::string& why);
+  // The stale copies in `name`'s layout record now.
+  std::vector<CopyRef> recorded_stale(const std::string& name);
   transport::ClientTransport& transport() { return *transport_; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   const std::vector<std::string>& servers() const { return sorted_servers_; }
@@ -205,6 +212,8 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   // there and used from now on.
   client::OpGate& gate() { return gate_; }
   void adopt(const Layout& layout);
+  // Copies other clients found behind (Layout::stale): no longer used.
+  void learn_stale(const std::vector<CopyRef>& stale);
   // This open holds the layout record at `keepers` (hold_layout): close releases it.
   void set_held(std::vector<std::string> keepers) { held_at_ = std::move(keepers); }
   Request write(std::uint64_t offset, std::span<const std::byte> data);
@@ -235,7 +244,15 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   // Whether copy r on `server` can take ops: held there, server alive, not
   // left behind by its primary (stale_).
   bool usable(std::uint32_t replica, std::uint32_t server);
-  void mark_stale(std::uint32_t replica, std::uint32_t server, const std::string& why);
+  bool alive(std::uint32_t server) const { return link_at(server) != nullptr && link_at(server)->alive(); }
+  // This client leaves copy r on `server`: its server was lost, or the copy
+  // missed an op. Recorded at the keepers for every client (Layout::stale);
+  // throws data_lost where that would leave no copy of its stripes and the
+  // server still `lives` (then the copies diverged).
+  void mark_stale(std::uint32_t replica, std::uint32_t server, const std::string& why, bool lives);
+  // Before reads or ordered ops fall over to a later copy because a server
+  // was lost: the copies other clients recorded stale (once per loss).
+  void learn_after_losses();
   // The first usable copy of position p's stripes; throws server_gone, naming
   // the buffer and `op`, when none is (the text is built only then).
   std::uint32_t first_usable(std::uint32_t position, const char* op);
@@ -296,6 +313,8 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   std::mutex adopt_mutex_;  // one adopt at a time
   std::mutex stale_mutex_;  // also guards owned_segments_ and layout_.instances
   std::set<std::pair<std::uint32_t, std::uint32_t>> stale_;  // (copy, server) left behind by its primary
+  std::set<std::pair<std::uint32_t, std::uint32_t>> unrecorded_;  // of stale_: no keeper knows (adopt keeps them)
+  std::vector<bool> losses_seen_;  // per server: lost, and the record read since (learn_after_losses)
   std::once_flag closed_;
 };
 

@@ -1,6 +1,8 @@
 // Client::repair: rebuilds the copies of a replicated buffer that a
-// restarted server lost, each from its other copy, and records the server's
-// new run in the layout (docs/reliability.md, "Repair").
+// restarted server lost, and those recorded stale (Layout::stale: behind the
+// others on a live server, rebuilt where they are), each from a copy that is
+// neither, and records the server's new run in the layout and the stale
+// copies as fresh again (docs/reliability.md, "Repair").
 //
 // Clients that have the buffer open keep writing the copies they know of
 // (not the new one) while it is copied, so the copy runs in passes, as a
@@ -18,6 +20,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <future>
@@ -41,13 +44,15 @@ constexpr int kCatchUpPasses = 4;
 constexpr std::uint64_t kSmallEnough = 16;
 
 // One copy to rebuild: copy `replica` on layout server `target`, from copy
-// `source_replica` on server `source`.
+// `source_replica` on server `source`; `in_place` where the target's segment
+// is still there (a stale copy), else it is made anew (a restarted server).
 struct Rebuild {
   std::uint32_t replica = 0;
   std::size_t target = 0;
   std::uint32_t source_replica = 0;
   std::size_t source = 0;
   std::uint64_t length = 0;
+  bool in_place = false;
 };
 
 struct Range {
@@ -94,8 +99,7 @@ struct CopyJob {
   std::uint64_t length = 0;
 };
 
-CopyJob prepare_copy(ClientCore& core, const Layout& layout, std::uint32_t replica, std::size_t target,
-                     std::uint32_t source_replica, std::size_t source,
+CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebuild,
                      std::vector<std::pair<std::string, std::string>>& opened,
                      std::vector<std::pair<std::string, std::string>>& allocated);
 std::vector<Range> differing(CopyJob& job);
@@ -166,6 +170,8 @@ RepairReport ClientCore::repair(std::string_view name_view) {
             protocol::layout_from_body(link(other).control->call(MessageType::begin_repair, {{"name", name}})["layout"],
                                        "begin_repair");
         taken.push_back(&link(other));
+        for (const auto& copy : theirs.stale)  // a mark one keeper missed: rebuilt all the same
+          if (std::find(layout.stale.begin(), layout.stale.end(), copy) == layout.stale.end()) layout.stale.push_back(copy);
         if (take_newer_runs(theirs)) behind.push_back(first);
         if (theirs.instances != layout.instances) behind.push_back(other);
       } catch (const Error& e) {
@@ -220,23 +226,30 @@ RepairReport ClientCore::repair(std::string_view name_view) {
     }
     check_copies_left(layout, present, context);
 
+    const auto is_stale = [&](std::uint32_t r, std::size_t s) {
+      return std::find(layout.stale.begin(), layout.stale.end(), CopyRef{r, static_cast<std::uint32_t>(s)}) !=
+             layout.stale.end();
+    };
     std::vector<Rebuild> rebuilds;
-    for (const auto x : restarted)
-      for (std::uint32_t r = 0; r < layout.replicas; ++r) {
-        const auto length = copy_share(layout, r, x);
-        if (length == 0) continue;
-        const auto position = protocol::copy_position(static_cast<std::uint32_t>(x), r, static_cast<std::uint32_t>(n));
-        for (std::uint32_t other = 0; other < layout.replicas; ++other) {
-          const auto source = protocol::copy_server(position, other, static_cast<std::uint32_t>(n));
-          if (other == r || !present[source]) continue;
-          rebuilds.push_back({r, x, other, source, length});
-          break;
-        }
+    // Copy r on server x, from a copy of its stripes that is present and not stale.
+    const auto rebuild_from_another = [&](std::uint32_t r, std::size_t x, bool in_place) {
+      const auto length = copy_share(layout, r, x);
+      if (length == 0) return;
+      const auto position = protocol::copy_position(static_cast<std::uint32_t>(x), r, static_cast<std::uint32_t>(n));
+      for (std::uint32_t other = 0; other < layout.replicas; ++other) {
+        const auto source = protocol::copy_server(position, other, static_cast<std::uint32_t>(n));
+        if (other == r || !present[source] || is_stale(other, source)) continue;
+        rebuilds.push_back({r, x, other, source, length, in_place});
+        return;
       }
+    };
+    for (const auto x : restarted)
+      for (std::uint32_t r = 0; r < layout.replicas; ++r) rebuild_from_another(r, x, false);
+    for (const auto& copy : layout.stale)
+      if (present[copy.server]) rebuild_from_another(copy.replica, copy.server, true);
     if (!rebuilds.empty()) {
       for (const auto& rebuild : rebuilds) {
-        jobs.push_back(prepare_copy(*this, layout, rebuild.replica, rebuild.target, rebuild.source_replica, rebuild.source,
-                                    opened, allocated));
+        jobs.push_back(prepare_copy(*this, layout, rebuild, opened, allocated));
         report.repaired.push_back({layout.servers[rebuild.target], rebuild.replica, layout.servers[rebuild.source],
                                    rebuild.length});
       }
@@ -284,6 +297,14 @@ RepairReport ClientCore::repair(std::string_view name_view) {
     if (!rebuilds.empty())
       for (const auto x : restarted) repaired.instances[x] = link(layout.servers[x]).instance;
     if (!rebuilds.empty() || !behind.empty()) end["instances"] = repaired.instances;
+    protocol::Body fresh = protocol::Body::array();  // the stale copies among them are fresh again
+    for (const auto& rebuild : rebuilds)
+      if (is_stale(rebuild.replica, rebuild.target)) fresh.push_back({rebuild.replica, rebuild.target});
+    if (!fresh.empty()) end["fresh"] = std::move(fresh);
+    std::erase_if(repaired.stale, [&](const CopyRef& c) {
+      return std::any_of(rebuilds.begin(), rebuilds.end(),
+                         [&](const Rebuild& b) { return b.replica == c.replica && b.target == c.server; });
+    });
     end_repairs(end);  // the paused clients go on, with the rebuilt copies
     report.records_restored = behind;
     restore_records(repaired, missing, report);
@@ -325,30 +346,40 @@ void ClientCore::restore_records(const Layout& layout, const std::vector<std::st
 
 namespace {
 
-// Makes the segment of copy `replica` on `target` (a new one: one there is
-// what an interrupted repair left, which no client uses) and opens its source.
-CopyJob prepare_copy(ClientCore& core, const Layout& layout, std::uint32_t replica, std::size_t target,
-                     std::uint32_t source_replica, std::size_t source,
+// Makes the segment of the copy on a restarted server (a new one: one there
+// is what an interrupted repair left, which no client uses), or opens the
+// stale one that clients hold (in place), and opens its source.
+CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebuild,
                      std::vector<std::pair<std::string, std::string>>& opened,
                      std::vector<std::pair<std::string, std::string>>& allocated) {
+  const auto target = rebuild.target;
+  const auto source = rebuild.source;
   CopyJob job;
-  job.length = ClientCore::copy_share(layout, replica, target);
-  job.target_name = protocol::segment_name(layout.name, replica);
-  job.source_name = protocol::segment_name(layout.name, source_replica);
+  job.length = rebuild.length;
+  job.target_name = protocol::segment_name(layout.name, rebuild.replica);
+  job.source_name = protocol::segment_name(layout.name, rebuild.source_replica);
   job.to = &core.link(layout.servers[target]);
   job.from = &core.link(layout.servers[source]);
   const Body alloc{{"name", job.target_name}, {"length", job.length}};
   Body made;
-  try {
-    made = job.to->control->call(MessageType::alloc_segment, alloc);
-  } catch (const Error& e) {
-    if (e.code() != Errc::already_exists) throw;
-    job.to->control->call(MessageType::destroy, {{"name", job.target_name}});
-    made = job.to->control->call(MessageType::alloc_segment, alloc);
+  if (rebuild.in_place) {
+    made = job.to->control->call(MessageType::open_segment, {{"name", job.target_name}});
+  } else {
+    try {
+      made = job.to->control->call(MessageType::alloc_segment, alloc);
+    } catch (const Error& e) {
+      if (e.code() != Errc::already_exists) throw;
+      job.to->control->call(MessageType::destroy, {{"name", job.target_name}});
+      made = job.to->control->call(MessageType::alloc_segment, alloc);
+    }
+    allocated.emplace_back(layout.servers[target], job.target_name);
   }
-  allocated.emplace_back(layout.servers[target], job.target_name);
   opened.emplace_back(layout.servers[target], job.target_name);
-  job.target = job.to->channel->attach(client::segment_from(made, "alloc_segment"));
+  job.target = job.to->channel->attach(client::segment_from(made, rebuild.in_place ? "open_segment" : "alloc_segment"));
+  if (job.target->descriptor().length != job.length)
+    throw Error(Errc::protocol, "server " + layout.servers[target] + ": its stale copy is " +
+                                    std::to_string(job.target->descriptor().length) + " bytes, the layout says " +
+                                    std::to_string(job.length));
   auto source_reply = job.from->control->call(MessageType::open_segment, {{"name", job.source_name}});
   opened.emplace_back(layout.servers[source], job.source_name);
   job.source = job.from->channel->attach(client::segment_from(source_reply, "open_segment"));

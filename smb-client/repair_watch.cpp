@@ -10,6 +10,7 @@
 // that name (op_gate.hpp), waits for their writes in flight, and acks; the
 // ack is answered when the repair ends, with the layout it left, which the
 // Buffers adopt (opening the rebuilt copies) before their gates open again.
+// The watch also brings news of copies another client recorded stale.
 #include "client_core.hpp"
 
 #include "protocol/layout_codec.hpp"
@@ -168,6 +169,22 @@ void ClientCore::watch_keeper(std::weak_ptr<ClientCore> weak, std::string keeper
       }
       continue;
     }
+    if (reply.contains("stale")) {  // another client recorded a copy stale: ours leave it too
+      try {
+        const auto layout = protocol::layout_from_body(reply.at("layout"), "watch_repairs");
+        std::vector<std::shared_ptr<BufferCore>> buffers;
+        {
+          std::lock_guard lock(self->held_mutex_);
+          if (auto it = self->held_.find(layout.name); it != self->held_.end())
+            for (const auto& open : it->second.buffers)
+              if (auto b = open.buffer.lock()) buffers.push_back(std::move(b));
+        }
+        for (const auto& buffer : buffers) buffer->learn_stale(layout.stale);
+      } catch (const Error& e) {
+        spdlog::warn("repair watch on {}: news of a stale copy: {}", keeper, e.what());
+      }
+      continue;
+    }
     if (!gone && !reply.contains("stop")) continue;
     {
       std::lock_guard lock(self->held_mutex_);
@@ -303,6 +320,15 @@ void BufferCore::adopt(const Layout& layout) {
     std::lock_guard lock(stale_mutex_);
     layout_.instances[i] = layout.instances[i];
   }
+  // Stale copies the repair rebuilt where they were (their server stayed):
+  // used again, unless this client left one that no keeper heard of.
+  std::lock_guard lock(stale_mutex_);
+  std::erase_if(stale_, [&](const auto& copy) {
+    const auto [r, s] = copy;
+    return std::find(layout.stale.begin(), layout.stale.end(), CopyRef{r, s}) == layout.stale.end() &&
+           !unrecorded_.contains(copy) && segment(r, s) != nullptr && alive(s);
+  });
+  layout_.stale = layout.stale;
 }
 
 }  // namespace smb

@@ -11,6 +11,9 @@
 // - Vector ops go to the first usable copy (the primary, which orders them),
 //   then to the other copy tagged with the version the primary gave: that
 //   copy applies them in the primary's order (smbd: VectorRequest::order).
+// - A copy that misses an op while its server may live is stale: recorded in
+//   the layout for every client before the op returns (mark_stale), and
+//   never read again until a repair rebuilds it.
 //   docs/reliability.md ("Replication") states what this guarantees.
 #include "client_core.hpp"
 #include "server_calls.hpp"
@@ -122,8 +125,9 @@ Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::
         continue;
       }
       // A copy that missed a write must not serve it later: this client
-      // leaves it (a server that is gone is left by every client).
-      for (const auto& [i, r] : share.pieces) self->mark_stale(r, share.server, "a write to it failed: " + share.lost_why);
+      // leaves it, and records it for every client (its server may live).
+      for (const auto& [i, r] : share.pieces)
+        self->mark_stale(r, share.server, "a write to it failed: " + share.lost_why, self->alive(share.server));
       lost += (lost.empty() ? "" : "; ") + share.lost_why;
     }
     for (std::size_t i = 0; i < pieces; ++i)
@@ -146,6 +150,7 @@ Request BufferCore::read_replicated(std::uint64_t offset, std::span<std::byte> o
   plan->split = pieces(offset, out.size());
   // Reads pieces `which` from their first usable copy that has not failed this read.
   auto issue = [self = shared_from_this(), this, plan, out, offset, length = out.size()](const std::vector<std::size_t>& which) {
+    learn_after_losses();  // a later copy must not serve what it missed
     std::map<std::uint32_t, ServerShare> by_server;
     for (auto i : which) {
       const auto position = plan->split[i].server;
@@ -192,6 +197,7 @@ std::uint64_t BufferCore::fetch_add_replicated(std::uint64_t offset, std::uint64
   const char* op = "fetch-add";  // atomic() checked the range and alignment
   const client::OpGate::Pass pass(gate_);
   const auto piece = protocol::locate(geometry(), offset);
+  learn_after_losses();  // the old value comes from the first copy that answers
   // The transport writes the old value when the op completes: the word
   // lives as long as the completion does, even after a wait gave up on it.
   struct Word {
@@ -222,7 +228,8 @@ std::uint64_t BufferCore::fetch_add_replicated(std::uint64_t offset, std::uint64
       if (!old) old = copy.word->old;
     } catch (const Error& e) {
       if (!client::is_absence(e)) throw;
-      mark_stale(copy.replica, replica_server(piece.server, copy.replica), std::string("a fetch-add failed: ") + e.what());
+      const auto s = replica_server(piece.server, copy.replica);
+      mark_stale(copy.replica, s, std::string("a fetch-add failed: ") + e.what(), alive(s));
       lost += (lost.empty() ? "" : "; ") + std::string(e.what());
     }
   }
@@ -267,7 +274,8 @@ void BufferCore::apply_replicated(const VectorCallArgs& args, const std::map<std
         if (!client::is_absence(e)) throw;
         // Lost before it answered: it may or may not have applied the op, but
         // no other copy has it yet (they get it only after this one answered).
-        mark_stale(run.replica, replica_server(run.position, run.replica), std::string("a vector op failed: ") + e.what());
+        const auto s = replica_server(run.position, run.replica);
+        mark_stale(run.replica, s, std::string("a vector op failed: ") + e.what(), alive(s));
         start(run, first_usable(run.position, vector_op_name(args.op)), nullptr);
       }
     }
@@ -299,7 +307,7 @@ void BufferCore::apply_replicated(const VectorCallArgs& args, const std::map<std
       } else if (client::is_absence(e) || e.code() == Errc::already_exists) {
         // Gone (the others have the op), or left behind by its primary (an op
         // before this one never came: its client died between the copies).
-        mark_stale(run.replica, server, std::string("it missed a vector op: ") + e.what());
+        mark_stale(run.replica, server, std::string("it missed a vector op: ") + e.what(), alive(server));
       } else {
         throw;
       }

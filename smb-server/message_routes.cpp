@@ -70,6 +70,12 @@ void end_repair(Services& s, Request& r, const ReplyFn& reply) {
   s.pauses.resume(protocol::get_name(r.body, "name", "end_repair"));
 }
 
+// A copy recorded stale: the buffer's holders learn it through their watchers.
+void mark_stale(Services& s, Request& r, const ReplyFn& reply) {
+  reply(s.requests.mark_stale(r.session, r.body));
+  s.pauses.stale_marked(protocol::get_name(r.body, "name", "mark_stale"));
+}
+
 // Online repair's pauses (repair_pauses.hpp), answered at once or later.
 template <protocol::Body (RepairPauses::*serve)(SessionId, const protocol::Body&)>
 void pauses_at_once(Services& s, Request& r, const ReplyFn& reply) {
@@ -135,6 +141,7 @@ constexpr std::array kRoutes{
     Route{MessageType::ack_pause, kControl, io_thread, pauses_deferred<&RepairPauses::ack>},
     Route{MessageType::pause_holders, kControl, io_thread, pauses_deferred<&RepairPauses::pause>},
     Route{MessageType::segment_digest, kControl, io_thread, segment_digest},
+    Route{MessageType::mark_stale, kControl, io_thread, mark_stale},
 };
 
 // Indexed by type, checked at compile time: one entry per type, in order.

@@ -223,19 +223,42 @@ Layout Registry::begin_repair(SessionId session, const std::string& name) {
   return it->second.layout;
 }
 
-void Registry::end_repair(SessionId session, const std::string& name, const std::vector<std::uint64_t>* instances) {
+void Registry::end_repair(SessionId session, const std::string& name, const std::vector<std::uint64_t>* instances,
+                          const std::vector<CopyRef>& fresh) {
   std::lock_guard lock(mutex_);
   auto it = records_.find(name);
   if (it == records_.end() || it->second.repairer != session)
     throw Error(Errc::not_found, "no repair of '" + name + "' by this client to end");
+  auto& layout = it->second.layout;
   if (instances) {
-    if (instances->size() != it->second.layout.servers.size())
+    if (instances->size() != layout.servers.size())
       throw Error(Errc::invalid_argument, "end_repair of '" + name + "': " + std::to_string(instances->size()) +
-                                              " instances for " + std::to_string(it->second.layout.servers.size()) +
+                                              " instances for " + std::to_string(layout.servers.size()) +
                                               " servers");
-    it->second.layout.instances = *instances;
+    layout.instances = *instances;
   }
+  std::erase_if(layout.stale, [&](const CopyRef& c) { return std::find(fresh.begin(), fresh.end(), c) != fresh.end(); });
   it->second.repairer = 0;
+}
+
+Layout Registry::mark_stale(const std::string& name, CopyRef copy) {
+  std::lock_guard lock(mutex_);
+  auto it = records_.find(name);
+  if (it == records_.end() || !it->second.committed) throw Error(Errc::not_found, "no buffer named '" + name + "'");
+  auto& layout = it->second.layout;
+  if (copy.replica >= layout.replicas || copy.server >= layout.servers.size())
+    throw Error(Errc::invalid_argument, "buffer '" + name + "' has no copy " + std::to_string(copy.replica) +
+                                            " on server " + std::to_string(copy.server) + " of its layout");
+  if (std::find(layout.stale.begin(), layout.stale.end(), copy) != layout.stale.end()) return layout;
+  layout.stale.push_back(copy);
+  if (const auto position = protocol::position_left_without_copy(layout)) {
+    layout.stale.pop_back();
+    throw Error(Errc::data_lost, "buffer '" + name + "': copy " + std::to_string(copy.replica) + " on " +
+                                     layout.servers[copy.server] + " is the last one of its stripes not already "
+                                     "behind the others: the copies of the stripes of " +
+                                     layout.servers[*position] + " have diverged");
+  }
+  return layout;
 }
 
 void Registry::check_repairer(SessionId session, const std::string& name) const {
@@ -268,7 +291,10 @@ void Registry::set_version(const std::string& name, std::uint64_t version) {
   std::lock_guard op(segment->op_mutex);
   segment->begun = version;
   segment->version = version;
+  segment->behind = false;
 }
+
+void Registry::fell_behind(const std::string& name) { find(name)->behind = true; }
 
 Page<Layout> Registry::list_layouts(const std::string& after, std::size_t limit) const {
   std::lock_guard lock(mutex_);
@@ -362,6 +388,10 @@ std::optional<std::uint64_t> Registry::apply(const VectorRequest& r, bool wait) 
   if (r.order != 0) {
     // A replica's copy of an op: exactly after the op its primary applied before it.
     const auto now = target->version.load();
+    if (target->behind)
+      throw Error(Errc::already_exists, what() + ": op order " + std::to_string(r.order) +
+                                            " cannot follow here: an op before it never came (its client died "
+                                            "between the copies), so this copy is behind its primary until repaired");
     if (now + 1 < r.order) throw OrderGap{r.order - 1};
     if (now + 1 > r.order)
       throw Error(Errc::already_exists, what() + ": op order " + std::to_string(r.order) +

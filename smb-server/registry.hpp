@@ -46,6 +46,11 @@ struct Segment {
   // `version` while one is being applied, so a reader can tell a segment in
   // the middle of an op from one between ops (Registry::settled_version).
   std::atomic<std::uint64_t> begun{0};
+  // A copy whose ordered op waited in vain for the op before it (its
+  // client died between the copies): it no longer follows its primary, so
+  // later ordered ops are refused at once instead of each waiting (until a
+  // repair gives it its source's version: set_version).
+  std::atomic<bool> behind{false};
   ~Segment();
 };
 
@@ -110,8 +115,15 @@ class Registry {
   // repair_pauses.hpp). Throws busy when another session repairs it.
   Layout begin_repair(SessionId session, const std::string& name);
   // Ends `session`'s repair; with `instances`, the record's servers' runs
-  // become those (the repaired copies are held there now).
-  void end_repair(SessionId session, const std::string& name, const std::vector<std::uint64_t>* instances);
+  // become those (the repaired copies are held there now); the copies in
+  // `fresh` were rebuilt and are no longer stale.
+  void end_repair(SessionId session, const std::string& name, const std::vector<std::uint64_t>* instances,
+                  const std::vector<CopyRef>& fresh);
+  // Records that a copy fell behind the others (a client missed it with a
+  // write or a vector op while its server lived): no client reads it until
+  // a repair rebuilds it (Layout::stale). Refused with data_lost where no
+  // other copy of its stripes is left. Returns the record as it is now.
+  Layout mark_stale(const std::string& name, CopyRef copy);
   // Throws unless `session` repairs `name` now (begin_repair).
   void check_repairer(SessionId session, const std::string& name) const;
   // Digests of this server's segment `name` from `offset` for `length`
@@ -119,8 +131,11 @@ class Registry {
   // (XXH3-128). A repair compares two copies by them (repair.cpp).
   std::vector<std::uint8_t> digest(const std::string& name, std::uint64_t offset, std::uint64_t length,
                                    std::uint64_t chunk) const;
-  // Sets a segment's version (a repaired copy takes its source's), between ops.
+  // Sets a segment's version (a repaired copy takes its source's), between
+  // ops; it follows its primary again (Segment::behind).
   void set_version(const std::string& name, std::uint64_t version);
+  // An ordered op on `name` waited in vain for its predecessor (Segment::behind).
+  void fell_behind(const std::string& name);
   Page<Layout> list_layouts(const std::string& after, std::size_t limit) const;
 
   // Applies a vector op; returns the segment's new version.

@@ -45,6 +45,10 @@ void RepairPauses::drop_holder(const std::string& name, SessionId holder) {
   auto it = buffers_.find(name);
   if (it == buffers_.end()) return;
   it->second.holders.erase(holder);
+  if (auto news = news_.find(holder); news != news_.end()) {
+    news->second.erase(name);
+    if (news->second.empty()) news_.erase(news);
+  }
   if (auto mine = held_by_.find(holder); mine != held_by_.end()) {
     mine->second.erase(name);
     if (mine->second.empty()) {
@@ -65,6 +69,28 @@ void RepairPauses::answer_watch(SessionId holder, Body body) {
   watches_.erase(it);
   watch.timer->cancel();
   watch.reply(protocol::ok_reply(std::move(body)));
+}
+
+void RepairPauses::stale_marked(const std::string& name) {
+  auto it = buffers_.find(name);
+  if (it == buffers_.end()) return;
+  for (const auto& [holder, opens] : it->second.holders) {
+    news_[holder].insert(name);
+    tell_news(holder);
+  }
+}
+
+void RepairPauses::tell_news(SessionId holder) {
+  auto news = news_.find(holder);
+  if (news == news_.end() || !watches_.contains(holder)) return;
+  const auto name = *news->second.begin();
+  news->second.erase(news->second.begin());
+  if (news->second.empty()) news_.erase(news);
+  try {
+    answer_watch(holder, Body{{"stale", name}, {"layout", protocol::layout_to_body(registry_.get_layout(name))}});
+  } catch (const Error&) {
+    // destroyed meanwhile: nothing to tell
+  }
 }
 
 void RepairPauses::ask(SessionId holder, const std::string& name, std::uint64_t epoch) {
@@ -91,6 +117,7 @@ void RepairPauses::watch(SessionId session, const Body& request, const ReplyFn& 
     if (it != watches_.end() && it->second.timer == timer) answer_watch(holder, Body::object());
   });
   watches_[holder] = Watch{session, reply, std::move(timer)};
+  tell_news(holder);
 }
 
 void RepairPauses::ack(SessionId session, const Body& request, const ReplyFn& reply) {
@@ -166,6 +193,7 @@ void RepairPauses::end_pause(const std::string& name, const std::optional<std::s
 void RepairPauses::resume(const std::string& name) { end_pause(name, std::nullopt); }
 
 void RepairPauses::session_closed(SessionId session) {
+  news_.erase(session);
   if (auto mine = held_by_.find(session); mine != held_by_.end()) {
     const auto names = mine->second;  // copy: drop_holder edits it
     for (const auto& name : names) drop_holder(name, session);

@@ -9,7 +9,10 @@
 //
 //   holder's open      hold_layout {name}          -> layout (held), or "repairing" while paused
 //   holder's watcher   watch_repairs {holder}      -> {name, epoch} once a pause asks it, {} on timeout,
-//                                                     {stop} once the holder holds nothing
+//                                                     {stop} once the holder holds nothing,
+//                                                     {stale: name, layout} once a copy of it was
+//                                                     recorded stale (mark_stale), so that every holder
+//                                                     leaves it, not only the client that found it
 //   holder's watcher   ack_pause {holder, name, epoch} -> layout, once the pause ends
 //   repairer           pause_holders {name, timeout_ms} -> {holders} once every holder acked
 //   repairer           end_repair (request_handler)    -> resumes: every ack is answered
@@ -47,6 +50,8 @@ class RepairPauses {
   void pause(SessionId session, const Body& request, const ReplyFn& reply);
   // The repair of `name` ended (end_repair): its holders go on, with the layout as it is now.
   void resume(const std::string& name);
+  // A copy of `name` was recorded stale: its holders' watchers are told.
+  void stale_marked(const std::string& name);
   void session_closed(SessionId session);
 
  private:
@@ -72,6 +77,8 @@ class RepairPauses {
   Body layout_reply(const std::string& name) const;
   void ask(SessionId holder, const std::string& name, std::uint64_t epoch);
   void answer_watch(SessionId holder, Body body);
+  // Answers the holder's watch with one buffer of its news, if it has both.
+  void tell_news(SessionId holder);
   void complete_if_acked(const std::string& name);
   void drop_holder(const std::string& name, SessionId holder);
   // Ends a pause: acks are answered with the layout; a repairer still
@@ -83,6 +90,7 @@ class RepairPauses {
   std::map<std::string, Buffer> buffers_;
   std::map<SessionId, std::set<std::string>> held_by_;
   std::map<SessionId, Watch> watches_;  // by holder
+  std::map<SessionId, std::set<std::string>> news_;  // by holder: buffers with copies newly stale
   std::uint64_t next_epoch_ = 1;
 };
 

@@ -124,11 +124,30 @@ Body RequestHandler::begin_repair(SessionId session, const Body& req) {
                                             session, protocol::get_name(req, "name", "begin_repair")))}});
 }
 
+namespace {
+// [[copy, server], ...]: copies of a buffer's layout (end_repair's `fresh`).
+std::vector<CopyRef> copy_refs(const Body& req, const char* field, const char* what) {
+  std::vector<CopyRef> out;
+  auto it = req.find(field);
+  if (it == req.end()) return out;
+  if (!it->is_array() || it->size() > std::size_t{kMaxReplicas} * protocol::kMaxServersPerBuffer)
+    throw Error(Errc::invalid_argument, std::string(what) + ": '" + field + "' must be a list of [copy, server] pairs");
+  for (const auto& pair : *it) {
+    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_unsigned() || !pair[1].is_number_unsigned() ||
+        pair[0].get<std::uint64_t>() >= kMaxReplicas || pair[1].get<std::uint64_t>() >= protocol::kMaxServersPerBuffer)
+      throw Error(Errc::invalid_argument, std::string(what) + ": '" + field + "' must be a list of [copy, server] pairs");
+    out.push_back({pair[0].get<std::uint32_t>(), pair[1].get<std::uint32_t>()});
+  }
+  return out;
+}
+}  // namespace
+
 Body RequestHandler::end_repair(SessionId session, const Body& req) {
   const char* what = "end_repair";
   const auto name = protocol::get_name(req, "name", what);
+  const auto fresh = copy_refs(req, "fresh", what);
   if (!req.contains("instances")) {
-    registry_.end_repair(session, name, nullptr);
+    registry_.end_repair(session, name, nullptr, fresh);
     return protocol::ok_reply();
   }
   const auto& list = req["instances"];
@@ -140,8 +159,26 @@ Body RequestHandler::end_repair(SessionId session, const Body& req) {
     if (!v.is_number_unsigned()) throw Error(Errc::invalid_argument, "end_repair: 'instances' must hold numbers");
     instances.push_back(v.get<std::uint64_t>());
   }
-  registry_.end_repair(session, name, &instances);
+  registry_.end_repair(session, name, &instances, fresh);
   return protocol::ok_reply();
+}
+
+Body RequestHandler::mark_stale(SessionId session, const Body& req) {
+  const char* what = "mark_stale";
+  const auto name = protocol::get_name(req, "name", what);
+  const auto replica = protocol::get_u64(req, "copy", what);
+  const auto server = protocol::get_u64(req, "server", what);
+  if (replica >= kMaxReplicas || server >= protocol::kMaxServersPerBuffer)
+    throw Error(Errc::invalid_argument, "mark_stale: no copy " + std::to_string(replica) + " on server " +
+                                            std::to_string(server) + " in any layout");
+  const CopyRef copy{static_cast<std::uint32_t>(replica), static_cast<std::uint32_t>(server)};
+  const auto before = registry_.get_layout(name).stale.size();
+  auto layout = registry_.mark_stale(name, copy);
+  if (layout.stale.size() != before)
+    spdlog::warn("buffer '{}': copy {} on {} fell behind the others (session {}: {}); 'smbctl repair' rebuilds it",
+                 name, copy.replica, layout.servers[copy.server], session,
+                 util::quoted(req.contains("why") && req["why"].is_string() ? req["why"].get<std::string>() : "?"));
+  return protocol::ok_reply({{"layout", protocol::layout_to_body(layout)}});
 }
 
 Body RequestHandler::segment_digest(const Body& req) {

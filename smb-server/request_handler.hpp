@@ -45,6 +45,9 @@ class RequestHandler {
   Body end_repair(SessionId session, const Body& request);
   Body segment_digest(const Body& request);  // any thread
   Body set_version(SessionId session, const Body& request);
+  Body mark_stale(SessionId session, const Body& request);
+  // An ordered op on segment `name` waited in vain for the op before it.
+  void fell_behind(const std::string& name) { registry_.fell_behind(name); }
   // A vector_op message: x in the body ("data"), in another buffer
   // ("source"), or in `payload` (a call's raw payload, see transport.hpp).
   static VectorRequest vector_request(const Body& request, transport::Bytes payload);

@@ -32,6 +32,13 @@ void after_gap(Services& s, std::uint16_t type, VectorRequest r, const OrderGap&
     s.versions.wait(kCallSession, request->name, gap.wait_for, kReplicaGapTimeout,
                     [&s, type, request, done](protocol::FixedReply answer) {
                       if (answer.code != Errc::ok) {
+                        if (answer.code == Errc::timeout) {
+                          try {
+                            s.requests.fell_behind(request->name);  // later ordered ops are refused at once
+                          } catch (const Error&) {
+                            // the segment went meanwhile
+                          }
+                        }
                         answer.message = "buffer segment '" + request->name + "': op order " +
                                          std::to_string(request->order) + " waited " +
                                          std::to_string(kReplicaGapTimeout.count()) +

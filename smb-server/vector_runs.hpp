@@ -17,8 +17,9 @@ inline constexpr std::uint64_t kInlineVectorBytes = 64 * 1024;
 
 // How long a replica's ordered op (VectorRequest::order) waits for the op
 // before it. The client of that op may have died between the primary and
-// this replica: then this replica stays behind, and the op fails with
-// Errc::timeout so that its client stops using the replica (reliability.md).
+// this replica: then this replica stays behind, the op fails with
+// Errc::timeout so that its client records the replica as stale, and later
+// ordered ops on it are refused at once (Segment::behind; reliability.md).
 inline constexpr std::chrono::milliseconds kReplicaGapTimeout{5000};
 
 // `done` is called exactly once, on the thread that ran the op, with the

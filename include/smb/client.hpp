@@ -63,6 +63,14 @@ struct BufferOptions {
 /// The most copies of a buffer's stripes (BufferOptions::replicas).
 inline constexpr std::uint32_t kMaxReplicas = 2;
 
+/// One copy of a buffer's stripes: copy `replica` on layout server `server`
+/// (index into Layout::servers).
+struct CopyRef {
+  std::uint32_t replica = 0;
+  std::uint32_t server = 0;
+  auto operator<=>(const CopyRef&) const = default;
+};
+
 /// Where a buffer's bytes live.
 struct Layout {
   std::string name;
@@ -76,6 +84,11 @@ struct Layout {
   /// Copies of each stripe: copy r of stripe k lives on server (k + r) mod N,
   /// in a segment as large as server (k mod N)'s share, at the same offsets.
   std::uint32_t replicas = 1;
+  /// Copies on live servers that fell behind the others (a client missed
+  /// them with a write or a vector op, e.g. one killed between two copies):
+  /// no client reads them; `smbctl repair` rebuilds them. Every stripe keeps
+  /// a copy that is not stale.
+  std::vector<CopyRef> stale;
 };
 
 /// How one server of a buffer's layout stands now (Client::check).

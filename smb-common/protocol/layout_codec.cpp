@@ -17,7 +17,24 @@ Body layout_to_body(const Layout& layout) {
             {"shares", layout.shares}};
   if (!layout.instances.empty()) body["instances"] = layout.instances;
   if (layout.replicas != 1) body["replicas"] = layout.replicas;
+  if (!layout.stale.empty()) {
+    Body stale = Body::array();
+    for (const auto& copy : layout.stale) stale.push_back({copy.replica, copy.server});
+    body["stale"] = std::move(stale);
+  }
   return body;
+}
+
+std::optional<std::uint32_t> position_left_without_copy(const Layout& layout) {
+  const auto n = static_cast<std::uint32_t>(layout.servers.size());
+  for (std::uint32_t p = 0; p < n; ++p) {
+    if (layout.shares[p] == 0) continue;  // no stripe there
+    bool fresh = false;
+    for (std::uint32_t r = 0; r < layout.replicas && !fresh; ++r)
+      fresh = std::find(layout.stale.begin(), layout.stale.end(), CopyRef{r, copy_server(p, r, n)}) == layout.stale.end();
+    if (!fresh) return p;
+  }
+  return std::nullopt;
 }
 
 Layout layout_from_body(const Body& body, std::string_view what) {
@@ -67,6 +84,23 @@ Layout layout_from_body(const Body& body, std::string_view what) {
                                       std::to_string(l.servers.size()) + " server(s) (1 to " +
                                       std::to_string(kMaxReplicas) + ", at most one per server)");
     l.replicas = static_cast<std::uint32_t>(replicas);
+  }
+  // Copies that fell behind: each names a copy of the layout once, and some
+  // copy of every stripe is left out.
+  if (auto stale = body.find("stale"); stale != body.end()) {
+    if (!stale->is_array() || stale->size() > std::size_t{l.replicas} * l.servers.size())
+      throw Error(Errc::protocol, std::string(what) + ": layout has a bad list of stale copies");
+    for (const auto& entry : *stale) {
+      if (!entry.is_array() || entry.size() != 2 || !entry[0].is_number_unsigned() || !entry[1].is_number_unsigned() ||
+          entry[0].get<std::uint64_t>() >= l.replicas || entry[1].get<std::uint64_t>() >= l.servers.size())
+        throw Error(Errc::protocol, std::string(what) + ": layout names a stale copy it does not have");
+      const CopyRef copy{entry[0].get<std::uint32_t>(), entry[1].get<std::uint32_t>()};
+      if (std::find(l.stale.begin(), l.stale.end(), copy) != l.stale.end())
+        throw Error(Errc::protocol, std::string(what) + ": layout names a stale copy twice");
+      l.stale.push_back(copy);
+    }
+    if (position_left_without_copy(l))
+      throw Error(Errc::protocol, std::string(what) + ": layout has every copy of some stripes stale");
   }
   auto sorted = l.servers;
   std::sort(sorted.begin(), sorted.end());

@@ -4,6 +4,7 @@
 
 #include <smb/client.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,13 @@ Body layout_to_body(const Layout& layout);
 // Validates everything a peer could get wrong, as the client builds layouts:
 // name, a stripe unit that is a positive multiple of 8, shares that follow
 // from the geometry and fit a server of kMaxServerCapacity, 1 to
-// kMaxServersPerBuffer distinct, well-formed server addresses.
+// kMaxServersPerBuffer distinct, well-formed server addresses, stale
+// copies that exist, each named once, never every copy of a stripe.
 Layout layout_from_body(const Body& body, std::string_view what);
+
+// A position (the server of its stripes' first copy) whose stripes have no
+// copy left out of layout.stale, if there is one.
+std::optional<std::uint32_t> position_left_without_copy(const Layout& layout);
 
 // The home server of a name: where its layout record lives. Every client
 // hashes the name (xxh64) over the *sorted* server list, so clients that

@@ -47,6 +47,7 @@ const char* message_name(std::uint16_t type) {
     case MessageType::ack_pause: return "ack_pause";
     case MessageType::pause_holders: return "pause_holders";
     case MessageType::segment_digest: return "segment_digest";
+    case MessageType::mark_stale: return "mark_stale";
   }
   return "unknown";
 }

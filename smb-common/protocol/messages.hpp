@@ -65,7 +65,8 @@ enum class MessageType : std::uint16_t {
   auth = 21,           // after a hello answered with a challenge: {proof(bin)} -> the hello reply (auth.hpp)
   // Repair (smb-server/repair_pauses.hpp says how they meet).
   begin_repair = 22,    // home server: {name} -> {layout(bin)}: this session repairs it until end_repair
-  end_repair = 23,      // home server: {name, instances?: [u64]} -> {} (the repaired servers' runs); resumes holders
+  end_repair = 23,      // home server: {name, instances?: [u64], fresh?: [[copy, server]]} -> {} (the repaired
+                        // servers' runs, the stale copies rebuilt); resumes holders
   hold_layout = 24,     // home server: {name} -> {layout(bin), held?, repairing?}: an open of a replicated buffer
   set_version = 25,     // {name, version} -> {}: a repaired copy takes its source's version
   release_layout = 26,  // home server: {name} -> {}: that open closed
@@ -73,6 +74,7 @@ enum class MessageType : std::uint16_t {
   ack_pause = 28,       // home server: {holder, name, epoch} -> {layout(bin)} once the pause ends (deferred)
   pause_holders = 29,   // home server: {name, timeout_ms} -> {holders} once every holder acked (deferred)
   segment_digest = 30,  // {name, offset, length, chunk} -> {digests(bin)}: 16 bytes (XXH3-128) per chunk
+  mark_stale = 31,      // home server: {name, copy, server, why} -> {layout(bin)}: that copy fell behind (Layout::stale)
 };
 
 const char* message_name(std::uint16_t type);

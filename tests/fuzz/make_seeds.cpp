@@ -44,7 +44,7 @@ Bytes body(const Body& b) { return Body::to_msgpack(b); }
 std::uint16_t type_of(MessageType t) { return static_cast<std::uint16_t>(t); }
 
 Layout layout(const std::string& name, std::uint64_t size, std::uint64_t unit, std::vector<std::string> servers) {
-  Layout l{name, size, unit, std::move(servers), {}, {}, 1};
+  Layout l{name, size, unit, std::move(servers), {}, {}, 1, {}};
   protocol::StripeGeometry g{size, unit, static_cast<std::uint32_t>(l.servers.size())};
   for (std::uint32_t i = 0; i < g.servers; ++i) l.shares.push_back(g.share(i));
   return l;
@@ -99,6 +99,8 @@ void layout_seeds() {
   auto two_copies = layout("copies", 6 * 4096, 4096, {"10.0.0.1:1", "10.0.0.2:2", "10.0.0.3:3"});
   two_copies.replicas = 2;
   write("fuzz_layout", "two-copies", body(protocol::layout_to_body(two_copies)));
+  two_copies.stale = {{1, 1}, {0, 2}};  // one copy of two stripes: each keeps the other
+  write("fuzz_layout", "stale-copies", body(protocol::layout_to_body(two_copies)));
 }
 
 void data_channel_seeds() {
@@ -174,6 +176,17 @@ void request_seeds() {
   record(repair, 0, type_of(MessageType::set_version), body({{"name", "w"}, {"version", 5}}));
   record(repair, 0, type_of(MessageType::end_repair), body({{"name", "w"}, {"instances", Body::array({7})}}));
   write("fuzz_requests", "repair", repair);
+  // Stale copies: marks (a copy the layout lacks, the last copy left), and a
+  // repair that ends with copies fresh again.
+  Bytes stale;
+  for (int i : {0, 1, 2, 3}) record(stale, 0, type_of(reqs[static_cast<std::size_t>(i)].first), body(reqs[static_cast<std::size_t>(i)].second));
+  record(stale, 0, type_of(MessageType::hold_layout), body({{"name", "w"}}));
+  record(stale, 0, type_of(MessageType::watch_repairs), body({{"holder", 1}, {"timeout_ms", 5}}));
+  record(stale, 0, type_of(MessageType::mark_stale), body({{"name", "w"}, {"copy", 1}, {"server", 0}, {"why", "x"}}));
+  record(stale, 0, type_of(MessageType::mark_stale), body({{"name", "w"}, {"copy", 0}, {"server", 0}}));
+  record(stale, 0, type_of(MessageType::begin_repair), body({{"name", "w"}}));
+  record(stale, 0, type_of(MessageType::end_repair), body({{"name", "w"}, {"fresh", Body::array({Body::array({1, 0})})}}));
+  write("fuzz_requests", "stale-copies", stale);
 }
 
 // A checkpoint of a 3-byte buffer 'w' (checkpoint_file.hpp), after the

@@ -21,13 +21,6 @@ using namespace smb::test;
 
 class RepairTest : public ReplicationTest {
  protected:
-  nlohmann::json json_of(const ToolResult& r) {
-    auto doc = nlohmann::json::parse(r.out, nullptr, false);
-    EXPECT_FALSE(doc.is_discarded()) << r.describe();
-    return doc;
-  }
-  // The state smbctl info gives the buffer ("ok", "degraded: ...").
-  std::string state_of(const std::string& name) { return json_of(run_smbctl({"--json", "info", name})).value("state", ""); }
   // Neither the home of `name` nor `victim`: the server whose loss after a
   // repair leaves some stripes only in the repaired copies.
   std::size_t third(const std::string& name, std::size_t victim) { return 3 - home_of(name) - victim; }

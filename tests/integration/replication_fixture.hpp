@@ -7,6 +7,8 @@
 
 #include <smb/client.hpp>
 
+#include <nlohmann/json.hpp>
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -53,6 +55,13 @@ class ReplicationTest : public FabricTest {
     o.tolerate_unreachable = true;
     return smb::Client(o);
   }
+  nlohmann::json json_of(const ToolResult& r) {
+    auto doc = nlohmann::json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(doc.is_discarded()) << r.describe();
+    return doc;
+  }
+  // The state smbctl info gives the buffer ("ok", "degraded: ...").
+  std::string state_of(const std::string& name) { return json_of(run_smbctl({"--json", "info", name})).value("state", ""); }
   static ByteVec doubles(const std::vector<double>& v) {
     ByteVec out(v.size() * sizeof(double));
     std::memcpy(out.data(), v.data(), out.size());

@@ -95,7 +95,8 @@ TEST_F(HostileCallsTest, ABarrierMetByCallsAnswersEveryParty) {
 
 // Ordered vector calls (a copy following its primary, VectorRequest::order):
 // an op runs only right after the op before it; one whose place is taken is
-// refused; one whose predecessor never comes gives up after the gap timeout.
+// refused; one whose predecessor never comes gives up after the gap timeout,
+// and the copy then refuses ordered ops at once until set_version.
 // Segment names with a copy suffix are checked.
 TEST_F(HostileCallsTest, OrderedCallsRunInTheirOrderAndGapsTimeOut) {
   test::RawConnection raw(server_->address());
@@ -137,6 +138,16 @@ TEST_F(HostileCallsTest, OrderedCallsRunInTheirOrderAndGapsTimeOut) {
   EXPECT_NE(gap.message.find("op order 9"), std::string::npos) << gap.message;
   EXPECT_GE(std::chrono::steady_clock::now() - start, 4s);
   EXPECT_EQ(call(MessageType::vector_call, scale(6, 0)).version, 4u) << "an unordered op after the gap";
+  // The copy is behind its primary now: an ordered op in its turn is
+  // refused at once (no other client waits for the gap again)...
+  const auto refused_at = std::chrono::steady_clock::now();
+  expect_refused(MessageType::vector_call, scale(7, 5), Errc::already_exists, "an ordered op on a copy left behind");
+  EXPECT_LT(std::chrono::steady_clock::now() - refused_at, 4s) << "it waited for the gap again";
+  // ...until a repair gives it its source's version.
+  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::set_version), 3, {{"name", "w#r1"}, {"version", 7}}));
+  const auto set = raw.receive();
+  ASSERT_TRUE(set && set->body.value("ok", false)) << (set ? set->body.dump() : "no reply");
+  EXPECT_EQ(call(MessageType::vector_call, scale(8, 8)).version, 8u) << "an ordered op after the repair";
 }
 
 }  // namespace

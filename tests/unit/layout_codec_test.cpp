@@ -15,7 +15,7 @@ namespace proto = smb::protocol;
 using smb::Errc;
 
 smb::Layout sample_layout() {
-  smb::Layout l{"weights.v1", 10 * 4096 + 5, 4096, {"127.0.0.1:7000", "127.0.0.1:7001", "10.0.0.2:7000"}, {}, {}, 1};
+  smb::Layout l{"weights.v1", 10 * 4096 + 5, 4096, {"127.0.0.1:7000", "127.0.0.1:7001", "10.0.0.2:7000"}, {}, {}, 1, {}};
   const proto::StripeGeometry g{l.size, l.stripe_unit, 3};
   for (std::uint32_t i = 0; i < 3; ++i) l.shares.push_back(g.share(i));
   return l;
@@ -58,6 +58,28 @@ TEST(LayoutCodec, ServerInstancesRoundTripAndAreChecked) {
   expect_rejected(b, Errc::protocol, "an instance that is not a number");
   b["instances"] = 5;
   expect_rejected(b, Errc::protocol, "instances not an array");
+}
+
+// Stale copies travel with the layout; each must be a copy the layout has,
+// named once, and some copy of every stripe must be left out.
+TEST(LayoutCodec, StaleCopiesRoundTripAndAreChecked) {
+  auto l = sample_layout();
+  l.replicas = 2;
+  EXPECT_FALSE(proto::layout_to_body(l).contains("stale"));
+  l.stale = {{1, 1}, {0, 2}};  // copy 1 of server 0's stripes, copy 0 of server 2's
+  EXPECT_EQ(proto::layout_from_body(proto::layout_to_body(l), "t").stale, l.stale);
+  EXPECT_FALSE(proto::position_left_without_copy(l));
+  auto both = l;
+  both.stale.push_back({0, 0});  // server 0's stripes: copy 0 on server 0, copy 1 on server 1
+  EXPECT_EQ(proto::position_left_without_copy(both), 0u);
+  expect_rejected(proto::layout_to_body(both), Errc::protocol, "every copy of some stripes stale");
+  auto b = proto::layout_to_body(l);
+  for (const auto& bad : {proto::Body::array({proto::Body::array({2, 0})}), proto::Body::array({proto::Body::array({1, 3})}),
+                          proto::Body::array({proto::Body::array({1})}), proto::Body::array({proto::Body::array({1, "x"})}),
+                          proto::Body::array({proto::Body::array({1, 1}), proto::Body::array({1, 1})}), proto::Body(5)}) {
+    b["stale"] = bad;
+    expect_rejected(b, Errc::protocol, bad.dump().c_str());
+  }
 }
 
 TEST(LayoutCodec, RoundTripsThroughMessagePack) {
@@ -112,7 +134,7 @@ TEST(LayoutCodec, RejectsGeometryThatDoesNotAddUp) {
 }
 
 TEST(LayoutCodec, RejectsTooManyServers) {
-  smb::Layout l{"big", proto::kMaxServersPerBuffer + 1, 8, {}, {}, {}, 1};
+  smb::Layout l{"big", proto::kMaxServersPerBuffer + 1, 8, {}, {}, {}, 1, {}};
   proto::StripeGeometry g{l.size, 8, static_cast<std::uint32_t>(proto::kMaxServersPerBuffer + 1)};
   for (std::uint32_t i = 0; i < g.servers; ++i) {
     l.servers.push_back("10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1) + ":7000");
@@ -150,7 +172,7 @@ TEST(LayoutCodec, HomeServerIsStableAndInRange) {
 // multiple of 8, shares a server could hold, distinct servers.
 TEST(LayoutCodec, RejectsLayoutsNoClientBuilds) {
   auto with = [](std::uint64_t size, std::uint64_t unit, std::vector<std::string> servers) {
-    smb::Layout l{"forged", size, unit, std::move(servers), {}, {}, 1};
+    smb::Layout l{"forged", size, unit, std::move(servers), {}, {}, 1, {}};
     const proto::StripeGeometry g{size, unit, static_cast<std::uint32_t>(l.servers.size())};
     for (std::uint32_t i = 0; i < g.servers; ++i) l.shares.push_back(g.share(i));
     return proto::layout_to_body(l);

@@ -25,7 +25,7 @@ TEST(MessageRoutes, EveryMessageHasItsOwnRoute) {
     EXPECT_EQ(route_for(type_of(t), kCall).type, t);
   // auth is a session's answer to a challenge (control_session.cpp); the table only refuses it out of turn.
   EXPECT_EQ(route_for(type_of(MessageType::auth), kControl).type, MessageType::auth);
-  for (std::uint16_t t = type_of(MessageType::begin_repair); t <= type_of(MessageType::segment_digest); ++t)
+  for (std::uint16_t t = type_of(MessageType::begin_repair); t <= type_of(MessageType::mark_stale); ++t)
     EXPECT_EQ(type_of(route_for(t, kControl).type), t) << protocol::message_name(t);
 }
 
@@ -37,7 +37,8 @@ TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
   for (auto t : {MessageType::hello, MessageType::lock, MessageType::barrier, MessageType::destroy, MessageType::vector_op,
                  MessageType::get_version, MessageType::wait_version, MessageType::begin_repair,
                  MessageType::set_version, MessageType::hold_layout, MessageType::watch_repairs,
-                 MessageType::ack_pause, MessageType::pause_holders, MessageType::segment_digest}) {
+                 MessageType::ack_pause, MessageType::pause_holders, MessageType::segment_digest,
+                 MessageType::mark_stale}) {
     try {
       route_for(type_of(t), kCall);
       ADD_FAILURE() << protocol::message_name(type_of(t)) << " was routed as a call";
@@ -49,7 +50,7 @@ TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
 }
 
 TEST(MessageRoutes, UnknownTypesAreProtocolErrors) {
-  for (int t : {0, type_of(MessageType::segment_digest) + 1, 0x7fff, 0xffff}) {
+  for (int t : {0, type_of(MessageType::mark_stale) + 1, 0x7fff, 0xffff}) {
     try {
       route_for(static_cast<std::uint16_t>(t), kControl);
       ADD_FAILURE() << "type " << t << " was routed";

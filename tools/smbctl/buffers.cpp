@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iostream>
 
 namespace smb::smbctl {
@@ -27,10 +28,24 @@ std::uint64_t held_by(const Layout& layout, std::size_t server) {
   return bytes;
 }
 
-// "ok", "degraded" (a copy gone, another left) or "lost" (every copy gone).
+bool is_stale(const Layout& layout, std::uint32_t replica, std::size_t server) {
+  return std::find(layout.stale.begin(), layout.stale.end(), CopyRef{replica, static_cast<std::uint32_t>(server)}) !=
+         layout.stale.end();
+}
+
+// A copy's state: its server's ("ok", "unreachable", "restarted"), or
+// "stale" where it fell behind the others on a live server (Layout::stale).
+std::string copy_state(const Layout& layout, const std::vector<ShareState>& states, std::size_t position,
+                       std::uint32_t replica) {
+  const auto s = copy_server(layout, position, replica);
+  if (states[s] != ShareState::ok) return share_state_name(states[s]);
+  return is_stale(layout, replica, s) ? "stale" : "ok";
+}
+
+// "ok", "degraded" (a copy gone or stale, another left) or "lost" (every copy).
 std::string position_state(const Layout& layout, const std::vector<ShareState>& states, std::size_t position) {
   std::uint32_t ok = 0;
-  for (std::uint32_t r = 0; r < layout.replicas; ++r) ok += states[copy_server(layout, position, r)] == ShareState::ok;
+  for (std::uint32_t r = 0; r < layout.replicas; ++r) ok += copy_state(layout, states, position, r) == "ok";
   return ok == layout.replicas ? "ok" : ok > 0 ? "degraded" : "lost";
 }
 
@@ -48,7 +63,7 @@ nlohmann::json to_json(const Layout& layout, const std::vector<ShareState>& stat
     auto copies = nlohmann::json::array();
     for (std::uint32_t r = 0; r < layout.replicas; ++r) {
       const auto s = copy_server(layout, p, r);
-      copies.push_back({{"address", layout.servers[s]}, {"state", share_state_name(states[s])}});
+      copies.push_back({{"address", layout.servers[s]}, {"state", copy_state(layout, states, p, r)}});
     }
     stripes.push_back({{"position", p},
                        {"share", layout.shares[p]},
@@ -81,10 +96,15 @@ std::string replicated_state(const Layout& layout, const std::vector<ShareState>
       where += (r == 0 ? "" : " and ") + layout.servers[copy_server(layout, p, r)];
     lost += (lost.empty() ? "" : "; ") + where;
   }
-  if (!lost.empty()) return "lost: every copy of its stripes on " + lost + " is gone (unreachable or restarted)";
+  if (!lost.empty())
+    return "lost: every copy of its stripes on " + lost + " is gone (unreachable, restarted or stale)";
   for (std::size_t i = 0; i < states.size(); ++i)
     if (states[i] != ShareState::ok)
       gone += (gone.empty() ? "" : ", ") + layout.servers[i] + " " + share_state_name(states[i]);
+  for (const auto& copy : layout.stale)
+    if (states[copy.server] == ShareState::ok)
+      gone += (gone.empty() ? "" : ", ") + layout.servers[copy.server] + " stale (copy " +
+              std::to_string(copy.replica) + " fell behind; smbctl repair rebuilds it)";
   if (!gone.empty()) return "degraded: copies on " + gone + "; every stripe keeps a copy";
   return "ok";
 }
@@ -187,8 +207,7 @@ bool show_info(Client& client, const std::string& name, bool json) {
       std::vector<std::string> row{std::to_string(p), bytes_with_percent(layout.shares[p], layout.size),
                                    position_state(layout, states, p)};
       for (std::uint32_t r = 0; r < layout.replicas; ++r) {
-        const auto s = copy_server(layout, p, r);
-        row.push_back(layout.servers[s] + " " + share_state_name(states[s]));
+        row.push_back(layout.servers[copy_server(layout, p, r)] + " " + copy_state(layout, states, p, r));
       }
       stripes.add_row(row);
     }

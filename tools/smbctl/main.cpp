@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   load->add_option("file", file, "checkpoint file")->required()->check(CLI::ExistingFile);
   load->add_option("name", name, "buffer to create (default: the name it was saved from)");
   auto* repair = app.add_subcommand(
-      "repair", "rebuild the copies restarted servers lost, from the other copies (replicated buffers)");
+      "repair", "rebuild the copies restarted servers lost, and stale ones, from the other copies (replicated buffers)");
   repair->add_option("name", name, "buffer name (default: every replicated buffer)");
   bool watch = false;
   double interval = 10;

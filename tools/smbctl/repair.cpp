@@ -1,5 +1,6 @@
 // smbctl repair [NAME] [--watch]: rebuilds the copies that restarted servers
-// lost (Client::repair), for one buffer or every replicated buffer listed;
+// lost and those recorded stale (Client::repair), for one buffer or every
+// replicated buffer listed;
 // --watch does so every interval until stopped (the automatic mode).
 #include "commands.hpp"
 

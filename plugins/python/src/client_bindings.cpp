@@ -346,6 +346,14 @@ void bind_records(py::module_& m) {
       .def_readonly("shares", &Layout::shares)
       .def_readonly("instances", &Layout::instances)
       .def_readonly("replicas", &Layout::replicas)
+      .def_property_readonly(
+          "stale",
+          [](const Layout& l) {
+            std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+            for (const auto& c : l.stale) out.emplace_back(c.replica, c.server);
+            return out;
+          },
+          "Copies that fell behind the others, as (copy, server index) pairs: unused until smbctl repair rebuilds them.")
       .def("__repr__", [](const Layout& l) {
         return "Layout(name='" + l.name + "', size=" + std::to_string(l.size) + ", servers=" +
                std::to_string(l.servers.size()) + ")";

@@ -68,6 +68,7 @@ class RepairTest(fabric.FabricTestCase):
             self.assertEqual(report.clients_paused, 1 if name == kept[0] else 0)
             self.assertLessEqual(report.paused_seconds, report.seconds)
             self.assertEqual(client.repair(name).repaired, [])  # whole now
+            self.assertEqual(client.info(name).stale, [])  # no copy marked behind the others
         holder.write(0, x * 2)  # reaches the rebuilt copies too
         reader = self.new_client().open(kept[0])
         self.fabric.kill(2)  # some stripes are left only in the repaired copies
