@@ -47,6 +47,10 @@ if command -v ccache >/dev/null 2>&1; then
   export CMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER:-ccache}
   export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}  # hits across clones in other directories
+  # ...which needs the compile directory left out of the hash: with -g,
+  # ccache hashes it by default, and every new clone compiled everything anew.
+  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+  export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-20G}  # four presets' objects (the default 5 GB evicts)
 fi
 
 # Configures and builds one preset; a failure ends the run.

@@ -74,7 +74,10 @@ void RepairPauses::answer_watch(SessionId holder, Body body) {
 void RepairPauses::stale_marked(const std::string& name) {
   auto it = buffers_.find(name);
   if (it == buffers_.end()) return;
-  for (const auto& [holder, opens] : it->second.holders) {
+  std::vector<SessionId> holders;  // copied: an answer may end a session, and with it a hold
+  for (const auto& [holder, opens] : it->second.holders) holders.push_back(holder);
+  for (const auto holder : holders) {
+    if (!held_by_.contains(holder)) continue;  // it went meanwhile
     news_[holder].insert(name);
     tell_news(holder);
   }
