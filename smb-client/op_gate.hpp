@@ -66,6 +66,15 @@ class OpGate {
     }
   }
 
+  // For an op that does not pass the gate (a read) and found no copy it can
+  // use: while a pause holds the gate, the repair's end may be bringing this
+  // buffer rebuilt copies (adopt, then resume). True when the gate was closed
+  // and opened again by `deadline`: the op should look again.
+  bool wait_for_reopening(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    if (!paused_) return false;
+    return changed_.wait_until(lock, deadline, [&] { return !paused_; });
+  }
   void resume() {
     {
       std::lock_guard lock(mutex_);

@@ -155,8 +155,16 @@ Request BufferCore::read_replicated(std::uint64_t offset, std::span<std::byte> o
     for (auto i : which) {
       const auto position = plan->split[i].server;
       std::optional<std::uint32_t> copy;
-      for (std::uint32_t r = 0; r < replicas() && !copy; ++r)
-        if (!plan->failed.contains({r, replica_server(position, r)}) && usable(r, replica_server(position, r))) copy = r;
+      const auto choose = [&] {
+        for (std::uint32_t r = 0; r < replicas() && !copy; ++r)
+          if (!plan->failed.contains({r, replica_server(position, r)}) && usable(r, replica_server(position, r)))
+            copy = r;
+      };
+      choose();
+      // None left: a repair's end may be handing this buffer its rebuilt
+      // copies right now (reads do not pass the gate, which stays closed
+      // until they are adopted), so wait for that before giving up.
+      if (!copy && gate_.wait_for_reopening(std::chrono::steady_clock::now() + client_->timeout())) choose();
       if (!copy)
         throw Error(Errc::server_gone, client::describe_buffer_op(layout_.name, "read", offset, length) +
                                            ": no copy of the bytes at offset " +
