@@ -70,10 +70,12 @@ void end_repair(Services& s, Request& r, const ReplyFn& reply) {
   s.pauses.resume(protocol::get_name(r.body, "name", "end_repair"));
 }
 
-// A copy recorded stale: the buffer's holders learn it through their watchers.
+// A copy newly recorded stale: the buffer's holders learn it through their watchers.
 void mark_stale(Services& s, Request& r, const ReplyFn& reply) {
-  reply(s.requests.mark_stale(r.session, r.body));
-  s.pauses.stale_marked(protocol::get_name(r.body, "name", "mark_stale"));
+  auto answer = s.requests.mark_stale(r.session, r.body);
+  const bool added = answer.value("added", false);
+  reply(std::move(answer));
+  if (added) s.pauses.stale_marked(protocol::get_name(r.body, "name", "mark_stale"));
 }
 
 // Online repair's pauses (repair_pauses.hpp), answered at once or later.

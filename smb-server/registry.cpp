@@ -241,7 +241,7 @@ void Registry::end_repair(SessionId session, const std::string& name, const std:
   it->second.repairer = 0;
 }
 
-Layout Registry::mark_stale(const std::string& name, CopyRef copy) {
+std::pair<Layout, bool> Registry::mark_stale(const std::string& name, CopyRef copy) {
   std::lock_guard lock(mutex_);
   auto it = records_.find(name);
   if (it == records_.end() || !it->second.committed) throw Error(Errc::not_found, "no buffer named '" + name + "'");
@@ -249,7 +249,7 @@ Layout Registry::mark_stale(const std::string& name, CopyRef copy) {
   if (copy.replica >= layout.replicas || copy.server >= layout.servers.size())
     throw Error(Errc::invalid_argument, "buffer '" + name + "' has no copy " + std::to_string(copy.replica) +
                                             " on server " + std::to_string(copy.server) + " of its layout");
-  if (std::find(layout.stale.begin(), layout.stale.end(), copy) != layout.stale.end()) return layout;
+  if (std::find(layout.stale.begin(), layout.stale.end(), copy) != layout.stale.end()) return {layout, false};
   layout.stale.push_back(copy);
   if (const auto position = protocol::position_left_without_copy(layout)) {
     layout.stale.pop_back();
@@ -258,7 +258,7 @@ Layout Registry::mark_stale(const std::string& name, CopyRef copy) {
                                      "behind the others: the copies of the stripes of " +
                                      layout.servers[*position] + " have diverged");
   }
-  return layout;
+  return {layout, true};
 }
 
 void Registry::check_repairer(SessionId session, const std::string& name) const {

@@ -122,8 +122,9 @@ class Registry {
   // Records that a copy fell behind the others (a client missed it with a
   // write or a vector op while its server lived): no client reads it until
   // a repair rebuilds it (Layout::stale). Refused with data_lost where no
-  // other copy of its stripes is left. Returns the record as it is now.
-  Layout mark_stale(const std::string& name, CopyRef copy);
+  // other copy of its stripes is left. Returns the record as it is now, and
+  // whether the copy was not stale before.
+  std::pair<Layout, bool> mark_stale(const std::string& name, CopyRef copy);
   // Throws unless `session` repairs `name` now (begin_repair).
   void check_repairer(SessionId session, const std::string& name) const;
   // Digests of this server's segment `name` from `offset` for `length`

@@ -172,13 +172,12 @@ Body RequestHandler::mark_stale(SessionId session, const Body& req) {
     throw Error(Errc::invalid_argument, "mark_stale: no copy " + std::to_string(replica) + " on server " +
                                             std::to_string(server) + " in any layout");
   const CopyRef copy{static_cast<std::uint32_t>(replica), static_cast<std::uint32_t>(server)};
-  const auto before = registry_.get_layout(name).stale.size();
-  auto layout = registry_.mark_stale(name, copy);
-  if (layout.stale.size() != before)
+  const auto [layout, added] = registry_.mark_stale(name, copy);
+  if (added)
     spdlog::warn("buffer '{}': copy {} on {} fell behind the others (session {}: {}); 'smbctl repair' rebuilds it",
                  name, copy.replica, layout.servers[copy.server], session,
                  util::quoted(req.contains("why") && req["why"].is_string() ? req["why"].get<std::string>() : "?"));
-  return protocol::ok_reply({{"layout", protocol::layout_to_body(layout)}});
+  return protocol::ok_reply({{"layout", protocol::layout_to_body(layout)}, {"added", added}});
 }
 
 Body RequestHandler::segment_digest(const Body& req) {
