@@ -336,7 +336,7 @@ void ClientCore::check_copies_left(const Layout& layout, const std::vector<bool>
     std::string where;
     for (std::uint32_t r = 0; r < layout.replicas; ++r) {
       const auto s = protocol::copy_server(p, r, n);
-      const bool stale = std::find(layout.stale.begin(), layout.stale.end(), CopyRef{r, s}) != layout.stale.end();
+      const bool stale = protocol::is_stale(layout, {r, s});
       any = any || (present[s] && !stale);
       where += (r == 0 ? "" : ", ") + layout.servers[s] + (stale ? " (stale)" : "");
     }

@@ -171,7 +171,7 @@ RepairReport ClientCore::repair(std::string_view name_view) {
                                        "begin_repair");
         taken.push_back(&link(other));
         for (const auto& copy : theirs.stale)  // a mark one keeper missed: rebuilt all the same
-          if (std::find(layout.stale.begin(), layout.stale.end(), copy) == layout.stale.end()) layout.stale.push_back(copy);
+          if (!protocol::is_stale(layout, copy)) layout.stale.push_back(copy);
         if (take_newer_runs(theirs)) behind.push_back(first);
         if (theirs.instances != layout.instances) behind.push_back(other);
       } catch (const Error& e) {
@@ -227,8 +227,7 @@ RepairReport ClientCore::repair(std::string_view name_view) {
     check_copies_left(layout, present, context);
 
     const auto is_stale = [&](std::uint32_t r, std::size_t s) {
-      return std::find(layout.stale.begin(), layout.stale.end(), CopyRef{r, static_cast<std::uint32_t>(s)}) !=
-             layout.stale.end();
+      return protocol::is_stale(layout, {r, static_cast<std::uint32_t>(s)});
     };
     std::vector<Rebuild> rebuilds;
     // Copy r on server x, from a copy of its stripes that is present and not stale.
@@ -376,7 +375,7 @@ CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebu
   }
   opened.emplace_back(layout.servers[target], job.target_name);
   job.target = job.to->channel->attach(client::segment_from(made, rebuild.in_place ? "open_segment" : "alloc_segment"));
-  if (job.target->descriptor().length != job.length)
+  if (rebuild.in_place && job.target->descriptor().length != job.length)
     throw Error(Errc::protocol, "server " + layout.servers[target] + ": its stale copy is " +
                                     std::to_string(job.target->descriptor().length) + " bytes, the layout says " +
                                     std::to_string(job.length));

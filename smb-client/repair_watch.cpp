@@ -325,7 +325,7 @@ void BufferCore::adopt(const Layout& layout) {
   std::lock_guard lock(stale_mutex_);
   std::erase_if(stale_, [&](const auto& copy) {
     const auto [r, s] = copy;
-    return std::find(layout.stale.begin(), layout.stale.end(), CopyRef{r, s}) == layout.stale.end() &&
+    return !protocol::is_stale(layout, {r, s}) &&
            !unrecorded_.contains(copy) && segment(r, s) != nullptr && alive(s);
   });
   layout_.stale = layout.stale;

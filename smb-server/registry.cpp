@@ -249,7 +249,7 @@ std::pair<Layout, bool> Registry::mark_stale(const std::string& name, CopyRef co
   if (copy.replica >= layout.replicas || copy.server >= layout.servers.size())
     throw Error(Errc::invalid_argument, "buffer '" + name + "' has no copy " + std::to_string(copy.replica) +
                                             " on server " + std::to_string(copy.server) + " of its layout");
-  if (std::find(layout.stale.begin(), layout.stale.end(), copy) != layout.stale.end()) return {layout, false};
+  if (protocol::is_stale(layout, copy)) return {layout, false};
   layout.stale.push_back(copy);
   if (const auto position = protocol::position_left_without_copy(layout)) {
     layout.stale.pop_back();

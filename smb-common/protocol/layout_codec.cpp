@@ -31,7 +31,7 @@ std::optional<std::uint32_t> position_left_without_copy(const Layout& layout) {
     if (layout.shares[p] == 0) continue;  // no stripe there
     bool fresh = false;
     for (std::uint32_t r = 0; r < layout.replicas && !fresh; ++r)
-      fresh = std::find(layout.stale.begin(), layout.stale.end(), CopyRef{r, copy_server(p, r, n)}) == layout.stale.end();
+      fresh = !is_stale(layout, {r, copy_server(p, r, n)});
     if (!fresh) return p;
   }
   return std::nullopt;
@@ -95,7 +95,7 @@ Layout layout_from_body(const Body& body, std::string_view what) {
           entry[0].get<std::uint64_t>() >= l.replicas || entry[1].get<std::uint64_t>() >= l.servers.size())
         throw Error(Errc::protocol, std::string(what) + ": layout names a stale copy it does not have");
       const CopyRef copy{entry[0].get<std::uint32_t>(), entry[1].get<std::uint32_t>()};
-      if (std::find(l.stale.begin(), l.stale.end(), copy) != l.stale.end())
+      if (is_stale(l, copy))
         throw Error(Errc::protocol, std::string(what) + ": layout names a stale copy twice");
       l.stale.push_back(copy);
     }

@@ -4,6 +4,7 @@
 
 #include <smb/client.hpp>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,11 @@ Body layout_to_body(const Layout& layout);
 // kMaxServersPerBuffer distinct, well-formed server addresses, stale
 // copies that exist, each named once, never every copy of a stripe.
 Layout layout_from_body(const Body& body, std::string_view what);
+
+// Whether `layout` records copy `copy` as stale (Layout::stale).
+inline bool is_stale(const Layout& layout, CopyRef copy) {
+  return std::find(layout.stale.begin(), layout.stale.end(), copy) != layout.stale.end();
+}
 
 // A position (the server of its stripes' first copy) whose stripes have no
 // copy left out of layout.stale, if there is one.

@@ -2,6 +2,7 @@
 #include "commands.hpp"
 #include "table.hpp"
 
+#include <protocol/layout_codec.hpp>
 #include <protocol/striping.hpp>
 #include <util/parse.hpp>
 
@@ -29,8 +30,7 @@ std::uint64_t held_by(const Layout& layout, std::size_t server) {
 }
 
 bool is_stale(const Layout& layout, std::uint32_t replica, std::size_t server) {
-  return std::find(layout.stale.begin(), layout.stale.end(), CopyRef{replica, static_cast<std::uint32_t>(server)}) !=
-         layout.stale.end();
+  return protocol::is_stale(layout, {replica, static_cast<std::uint32_t>(server)});
 }
 
 // A copy's state: its server's ("ok", "unreachable", "restarted"), or
