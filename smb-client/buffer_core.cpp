@@ -187,14 +187,11 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
   check_range(op, offset, sizeof(std::uint64_t));
   if (offset % sizeof(std::uint64_t) != 0)
     throw Error(Errc::invalid_argument, describe(op, offset, 8) + ": offset must be 8-byte aligned");
-  if (replicas() > 1) {
-    if (compare_swap)
-      throw Error(Errc::invalid_argument,
-                  describe(op, offset, 8) + ": compare-swap on a replicated buffer is not supported yet (its copies "
-                                            "could take racing swaps in different orders); use fetch_add, a lock, "
-                                            "or a buffer with replicas = 1");
-    return fetch_add_replicated(offset, a);
-  }
+  // A replicated buffer's copies must take racing atomics in one order: they
+  // run on the servers, ordered like vector ops (ordered_ops.cpp).
+  if (replicas() > 1)
+    return atomic_replicated(compare_swap ? protocol::AtomicKind::compare_swap : protocol::AtomicKind::fetch_add,
+                             offset, a, b);
   // Stripe units are multiples of 8, so an aligned word never straddles servers.
   const auto piece = protocol::locate(geometry(), offset);
   auto& spare = spare_atomic_word();

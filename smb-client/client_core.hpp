@@ -5,6 +5,7 @@
 #include "control_connection.hpp"
 #include "op_gate.hpp"
 #include "wait_connections.hpp"
+#include "protocol/fixed_calls.hpp"
 #include "protocol/striping.hpp"
 #include "transport/transport.hpp"
 
@@ -259,7 +260,8 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   // Replicated buffers (replicated_io.cpp).
   Request write_replicated(std::uint64_t offset, std::span<const std::byte> data);
   Request read_replicated(std::uint64_t offset, std::span<std::byte> out);
-  std::uint64_t fetch_add_replicated(std::uint64_t offset, std::uint64_t value);
+  std::uint64_t atomic_replicated(protocol::AtomicKind kind, std::uint64_t offset, std::uint64_t operand,
+                                  std::uint64_t desired);
   // Vector ops: one part per position (its stripes are contiguous on their server).
   struct VectorPart {
     std::uint64_t local_offset = 0;  // first byte of the region in the position's segments
@@ -278,6 +280,15 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   // Adds the calls of one part on copy `replica`; `orders` (one per call) tags them.
   void add_vector_calls(client::ServerCalls& calls, const VectorCallArgs& args, std::uint32_t position,
                         const VectorPart& part, std::uint32_t replica, const std::vector<std::uint64_t>* orders) const;
+  // Ordered ops on every copy (ordered_ops.cpp): `add` adds one position's
+  // calls on copy `replica`, tagged with `orders` (one per call) on the
+  // copies after the one that ordered them. Returns, per position, the
+  // replies of the copy whose order the op took.
+  using AddOrderedCalls = std::function<void(client::ServerCalls& calls, std::uint32_t position,
+                                             std::uint32_t replica, const std::vector<std::uint64_t>* orders)>;
+  std::vector<std::vector<protocol::FixedReply>> run_ordered(const std::vector<std::uint32_t>& positions,
+                                                             const AddOrderedCalls& add, const char* op,
+                                                             const std::function<std::string()>& what);
   // Whether copy 0 of position p's stripes (on server p) still answers.
   bool primary_answers(std::uint32_t position);
   void apply_replicated(const VectorCallArgs& args, const std::map<std::uint32_t, VectorPart>& parts,

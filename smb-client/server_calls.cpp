@@ -95,17 +95,30 @@ void ServerCalls::add_barrier_call(ServerLink& link, const std::string& name, st
        {});
 }
 
+void ServerCalls::add_atomic_call(ServerLink& link, protocol::AtomicKind kind, const std::string& name,
+                                  std::uint64_t offset, std::uint64_t operand, std::uint64_t desired,
+                                  std::uint64_t order) {
+  send(link, MessageType::atomic_call,
+       protocol::encode_atomic_call(next_request_id(), kind, name, offset, operand, desired, order), {});
+}
+
+protocol::FixedReply ServerCalls::decode_fixed(const Pending& call) const {
+  protocol::FixedReply reply;
+  try {
+    reply = protocol::decode_fixed_reply(call.type, call.reply);
+  } catch (const Error& e) {
+    throw Error(e.code(), context(call) + ": " + e.what());
+  }
+  if (reply.code != Errc::ok) throw Error(reply.code, context(call) + ": " + reply.message);
+  return reply;
+}
+
+std::vector<protocol::FixedReply> ServerCalls::finish_fixed() {
+  return finish_with([this](const Pending& call) { return decode_fixed(call); });
+}
+
 std::vector<std::uint64_t> ServerCalls::finish_versions() {
-  return finish_with([this](const Pending& call) {
-    protocol::FixedReply reply;
-    try {
-      reply = protocol::decode_fixed_reply(call.type, call.reply);
-    } catch (const Error& e) {
-      throw Error(e.code(), context(call) + ": " + e.what());
-    }
-    if (reply.code != Errc::ok) throw Error(reply.code, context(call) + ": " + reply.message);
-    return reply.version;
-  });
+  return finish_with([this](const Pending& call) { return decode_fixed(call).version; });
 }
 
 }  // namespace smb::client

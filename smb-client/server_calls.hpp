@@ -38,9 +38,14 @@ class ServerCalls {
                         std::uint64_t version = 0, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   void add_barrier_call(ServerLink& link, const std::string& name, std::uint64_t parties,
                         std::chrono::milliseconds timeout, std::uint64_t session);
+  // An atomic on a replicated buffer's copy, in the order of its vector ops.
+  void add_atomic_call(ServerLink& link, protocol::AtomicKind kind, const std::string& name, std::uint64_t offset,
+                       std::uint64_t operand, std::uint64_t desired, std::uint64_t order = 0);
   // Waits for every reply, in the order added; throws the first error.
   std::vector<protocol::Body> finish();
-  // The same when all calls had fixed bodies: each one's version.
+  // The same when all calls had fixed bodies: each one's reply (all ok), or
+  // only each one's version.
+  std::vector<protocol::FixedReply> finish_fixed();
   std::vector<std::uint64_t> finish_versions();
 
  private:
@@ -54,6 +59,7 @@ class ServerCalls {
   std::uint32_t next_request_id() const { return static_cast<std::uint32_t>(calls_.size() + 1); }
   std::string context(const Pending& call) const;
   protocol::Body decode(const Pending& call) const;
+  protocol::FixedReply decode_fixed(const Pending& call) const;  // throws the reply's error
   // Waits, then decodes each reply with `decode`; errors name `what`.
   template <class Decode>
   auto finish_with(Decode&& decode);

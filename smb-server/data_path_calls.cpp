@@ -3,8 +3,9 @@
 // data or wait for the data to change -- vector ops, version reads and
 // version waits -- and they run on the same machinery as control requests:
 // vector ops where they arrive or on the worker pool, waits in the
-// coordination service. They come as vector_call, version_call and
-// barrier_call, whose fixed binary bodies and replies skip MessagePack
+// coordination service. They come as vector_call, version_call,
+// barrier_call and atomic_call (a replicated buffer's atomics, ordered like
+// its vector ops), whose fixed binary bodies and replies skip MessagePack
 // (protocol/fixed_calls.hpp).
 //
 // Calls have no session: nothing they start outlives them except a version
@@ -42,7 +43,8 @@ void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload,
   }
   if (header.type == static_cast<std::uint16_t>(MessageType::vector_call) ||
       header.type == static_cast<std::uint16_t>(MessageType::version_call) ||
-      header.type == static_cast<std::uint16_t>(MessageType::barrier_call))
+      header.type == static_cast<std::uint16_t>(MessageType::barrier_call) ||
+      header.type == static_cast<std::uint16_t>(MessageType::atomic_call))
     return serve_fixed_call(header, std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize),
                             std::move(payload), std::move(respond));
   ReplyFn reply = reply_once(metrics_.timed(header.type, [respond, header](protocol::Body r) {
@@ -71,8 +73,18 @@ void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<c
     if (type == MessageType::vector_call) {
       auto call = protocol::decode_vector_call(body);
       VectorRequest request{std::move(call.name), call.op,     call.type, call.offset, call.count, call.alpha, {},
-                            std::move(call.source), call.source_offset, call.order};
+                            std::move(call.source), call.source_offset, call.order, std::nullopt};
       if (!request.source) request.data = std::move(payload);
+      return run_vector_op(services_, header.type, std::move(request),
+                           [reply](protocol::FixedReply answer, bool) { reply(std::move(answer)); });
+    }
+    if (type == MessageType::atomic_call) {
+      auto call = protocol::decode_atomic_call(body);
+      VectorRequest request;
+      request.name = std::move(call.name);
+      request.offset = call.offset;
+      request.order = call.order;
+      request.atomic = VectorRequest::Atomic{call.kind, call.operand, call.desired};
       return run_vector_op(services_, header.type, std::move(request),
                            [reply](protocol::FixedReply answer, bool) { reply(std::move(answer)); });
     }

@@ -144,6 +144,7 @@ constexpr std::array kRoutes{
     Route{MessageType::pause_holders, kControl, io_thread, pauses_deferred<&RepairPauses::pause>},
     Route{MessageType::segment_digest, kControl, io_thread, segment_digest},
     Route{MessageType::mark_stale, kControl, io_thread, mark_stale},
+    Route{MessageType::atomic_call, kCall, arrival, nullptr},  // fixed body, like vector_call
 };
 
 // Indexed by type, checked at compile time: one entry per type, in order.

@@ -340,46 +340,44 @@ Registry::SettledVersion Registry::settled_version(const std::string& name) cons
   return {now, std::max(now, begun)};
 }
 
-std::optional<std::uint64_t> Registry::apply(const VectorRequest& r, bool wait) {
+namespace {
+// An atomic's word, checked like a vector op's range (and 8-byte aligned:
+// std::atomic_ref needs it).
+void check_word(const VectorRequest& r, const Segment& target) {
+  const auto what = [&r] {
+    return std::string(r.atomic->kind == protocol::AtomicKind::fetch_add ? "fetch-add" : "compare-swap") +
+           " on buffer '" + r.name + "'";
+  };
+  if (r.offset % sizeof(std::uint64_t) != 0)
+    throw Error(Errc::invalid_argument, what() + ": offset " + std::to_string(r.offset) + " is not 8-byte aligned");
+  if (r.offset > target.length || sizeof(std::uint64_t) > target.length - r.offset)
+    throw Error(Errc::out_of_range, what() + ": offset " + std::to_string(r.offset) +
+                                        " leaves no 8-byte word in this server's share of " +
+                                        std::to_string(target.length) + " bytes");
+}
+
+std::uint64_t apply_atomic(const VectorRequest::Atomic& op, std::byte* at) {
+  // atomic_ref: a transport's one-sided atomic (shared memory) may touch the word too.
+  std::atomic_ref word(*reinterpret_cast<std::uint64_t*>(at));
+  if (op.kind == protocol::AtomicKind::fetch_add) return word.fetch_add(op.operand);
+  std::uint64_t expected = op.operand;
+  word.compare_exchange_strong(expected, op.desired);
+  return expected;  // the word before: equal to `operand` exactly when it swapped
+}
+}  // namespace
+
+std::optional<Applied> Registry::apply(const VectorRequest& r, bool wait) {
   // Built only for an error: this runs for every small op.
-  const auto what = [&r] { return std::string(vector_op_name(r.op)) + " on buffer '" + r.name + "'"; };
-  const std::uint64_t esize = element_size(r.type);
-  if (esize == 0) throw Error(Errc::invalid_argument, what() + ": unknown element type");
-  if (r.count == 0) throw Error(Errc::invalid_argument, what() + ": count must be greater than zero");
-  // Before the op mutex: a refused op changes nothing.
-  if (!alpha_allowed(r.op, r.type, r.alpha)) check_alpha(r.op, r.type, r.alpha, what());
-  // Both offsets: the kernels load and store whole elements (a misaligned
-  // double is undefined behaviour; found by fuzz_requests).
-  for (const auto& [label, at] : {std::pair{"offset", r.offset}, std::pair{"source offset", r.source_offset}})
-    if (at % esize != 0)
-      throw Error(Errc::invalid_argument, what() + ": " + label + " " + std::to_string(at) + " is not a multiple of the " +
-                                              std::to_string(esize) + "-byte element size");
-  if (r.count > UINT64_MAX / esize) throw Error(Errc::out_of_range, what() + ": count is too large");
-  const std::uint64_t bytes = r.count * esize;
+  const auto what = [&r] {
+    return std::string(r.atomic ? "atomic" : vector_op_name(r.op)) + " on buffer '" + r.name + "'";
+  };
   auto target = find(r.name);
-  if (r.offset > target->length || bytes > target->length - r.offset)
-    throw Error(Errc::out_of_range, what() + ": " + std::to_string(bytes) + " bytes at offset " +
-                                        std::to_string(r.offset) + " exceed this server's share of " +
-                                        std::to_string(target->length) + " bytes");
   std::shared_ptr<Segment> source;  // keeps the source's memory alive while reading it
   const std::byte* x = nullptr;
-  if (needs_source(r.op)) {
-    if (r.source) {
-      source = find(*r.source);
-      if (r.source_offset > source->length || bytes > source->length - r.source_offset)
-        throw Error(Errc::out_of_range, what() + ": source '" + *r.source + "' has no " + std::to_string(bytes) +
-                                            " bytes at offset " + std::to_string(r.source_offset) + " here");
-      x = source->base + r.source_offset;
-      const std::byte* y = target->base + r.offset;
-      if (x != y && x < y + bytes && y < x + bytes)
-        throw Error(Errc::invalid_argument, what() + ": source and target overlap partially");
-    } else {
-      if (r.data.size() != bytes)
-        throw Error(Errc::invalid_argument, what() + ": " + std::to_string(r.data.size()) +
-                                                " bytes of data sent for " + std::to_string(bytes));
-      x = reinterpret_cast<const std::byte*>(r.data.data());
-    }
-  }
+  if (r.atomic)
+    check_word(r, *target);
+  else
+    x = check_vector_op(r, *target, source);
   std::unique_lock op_lock(target->op_mutex, std::defer_lock);
   if (wait)
     op_lock.lock();
@@ -399,13 +397,57 @@ std::optional<std::uint64_t> Registry::apply(const VectorRequest& r, bool wait) 
                                             "): this replica no longer follows its primary");
   }
   target->begun.fetch_add(1);
+  Applied applied;
   try {
-    apply_vector_op(r.op, r.type, target->base + r.offset, x, r.count, r.alpha);
+    if (r.atomic)
+      applied.old = apply_atomic(*r.atomic, target->base + r.offset);
+    else
+      apply_vector_op(r.op, r.type, target->base + r.offset, x, r.count, r.alpha);
   } catch (...) {
     target->version.fetch_add(1);  // it may have changed part of the memory: it ends all the same
     throw;
   }
-  return target->version.fetch_add(1) + 1;
+  applied.version = target->version.fetch_add(1) + 1;
+  return applied;
+}
+
+// Checks a vector op against its target (and source) before it touches memory; returns x.
+const std::byte* Registry::check_vector_op(const VectorRequest& r, const Segment& target,
+                                           std::shared_ptr<Segment>& source) const {
+  const auto what = [&r] { return std::string(vector_op_name(r.op)) + " on buffer '" + r.name + "'"; };
+  const std::uint64_t esize = element_size(r.type);
+  if (esize == 0) throw Error(Errc::invalid_argument, what() + ": unknown element type");
+  if (r.count == 0) throw Error(Errc::invalid_argument, what() + ": count must be greater than zero");
+  // Before the op mutex: a refused op changes nothing.
+  if (!alpha_allowed(r.op, r.type, r.alpha)) check_alpha(r.op, r.type, r.alpha, what());
+  // Both offsets: the kernels load and store whole elements (a misaligned
+  // double is undefined behaviour; found by fuzz_requests).
+  for (const auto& [label, at] : {std::pair{"offset", r.offset}, std::pair{"source offset", r.source_offset}})
+    if (at % esize != 0)
+      throw Error(Errc::invalid_argument, what() + ": " + label + " " + std::to_string(at) + " is not a multiple of the " +
+                                              std::to_string(esize) + "-byte element size");
+  if (r.count > UINT64_MAX / esize) throw Error(Errc::out_of_range, what() + ": count is too large");
+  const std::uint64_t bytes = r.count * esize;
+  if (r.offset > target.length || bytes > target.length - r.offset)
+    throw Error(Errc::out_of_range, what() + ": " + std::to_string(bytes) + " bytes at offset " +
+                                        std::to_string(r.offset) + " exceed this server's share of " +
+                                        std::to_string(target.length) + " bytes");
+  if (!needs_source(r.op)) return nullptr;
+  if (!r.source) {
+    if (r.data.size() != bytes)
+      throw Error(Errc::invalid_argument, what() + ": " + std::to_string(r.data.size()) + " bytes of data sent for " +
+                                              std::to_string(bytes));
+    return reinterpret_cast<const std::byte*>(r.data.data());
+  }
+  source = find(*r.source);
+  if (r.source_offset > source->length || bytes > source->length - r.source_offset)
+    throw Error(Errc::out_of_range, what() + ": source '" + *r.source + "' has no " + std::to_string(bytes) +
+                                        " bytes at offset " + std::to_string(r.source_offset) + " here");
+  const std::byte* x = source->base + r.source_offset;
+  const std::byte* y = target.base + r.offset;
+  if (x != y && x < y + bytes && y < x + bytes)
+    throw Error(Errc::invalid_argument, what() + ": source and target overlap partially");
+  return x;
 }
 
 std::optional<transport::SegmentAccess> Registry::resolve(std::uint64_t segment_id) const {

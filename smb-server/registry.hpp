@@ -7,6 +7,7 @@
 // when the last handle on it closes (as with unlink), so a client still
 // holding the old remote key never writes into another buffer's memory.
 #include "limits.hpp"
+#include "protocol/fixed_calls.hpp"
 #include "memory_pool.hpp"
 #include "segment_allocator.hpp"
 #include "transport/transport.hpp"
@@ -69,6 +70,21 @@ struct VectorRequest {
   // 0, or the version this op brings the segment to: a replica's copy of an
   // op its primary applied, which must follow the op before it (replication).
   std::uint64_t order = 0;
+  // Instead of op, type, count and x: an atomic on the 8-byte word at
+  // `offset` (a replicated buffer's atomics take their place in the same
+  // order as its vector ops: protocol/fixed_calls.hpp).
+  struct Atomic {
+    protocol::AtomicKind kind = protocol::AtomicKind::fetch_add;
+    std::uint64_t operand = 0;  // the addend, or the expected value
+    std::uint64_t desired = 0;  // compare_swap
+  };
+  std::optional<Atomic> atomic;
+};
+
+// What Registry::apply did: the segment's new version, and an atomic's old word.
+struct Applied {
+  std::uint64_t version = 0;
+  std::uint64_t old = 0;
 };
 
 // Registry::apply: an ordered op arrived before the op it must follow.
@@ -139,11 +155,11 @@ class Registry {
   void fell_behind(const std::string& name);
   Page<Layout> list_layouts(const std::string& after, std::size_t limit) const;
 
-  // Applies a vector op; returns the segment's new version.
-  // Returns the buffer's new version. With `wait` false it does not wait for
-  // another op on the same buffer: nullopt when one is running (the caller
-  // hands the op to a thread that may wait).
-  std::optional<std::uint64_t> apply(const VectorRequest& request, bool wait = true);
+  // Applies a vector op (or an atomic); returns the segment's new version.
+  // With `wait` false it does not wait for another op on the same buffer:
+  // nullopt when one is running (the caller hands the op to a thread that
+  // may wait).
+  std::optional<Applied> apply(const VectorRequest& request, bool wait = true);
   std::uint64_t version(const std::string& name) const;
   // The version, and the version that the op being applied now will reach
   // (equal when none is: the segment is between ops).
@@ -175,6 +191,10 @@ class Registry {
   };
   transport::SegmentDescriptor describe(const Segment& segment) const;
   std::shared_ptr<Segment> find(const std::string& name) const;
+  // A vector op's checks against its segments before it touches memory;
+  // returns its x (in the request or in `source`, which it finds).
+  const std::byte* check_vector_op(const VectorRequest& r, const Segment& target,
+                                   std::shared_ptr<Segment>& source) const;
   // Under mutex_:
   void add_handle(SessionId session, Segment& segment);
   void release_handle(SessionId session, std::uint64_t segment_id);

@@ -53,7 +53,7 @@ class RequestHandler {
   static VectorRequest vector_request(const Body& request, transport::Bytes payload);
   // Runs a vector op (vector_runs.hpp); with `wait` false: nullopt when
   // another op holds the buffer. Returns the buffer's version after it.
-  std::optional<std::uint64_t> apply(const VectorRequest& request, bool wait) { return registry_.apply(request, wait); }
+  std::optional<Applied> apply(const VectorRequest& request, bool wait) { return registry_.apply(request, wait); }
   // The version of this server's segment of `name`, read between ops.
   Registry::SettledVersion settled_version(const std::string& name) const { return registry_.settled_version(name); }
 

@@ -5,6 +5,7 @@ namespace smb::server {
 namespace {
 
 std::uint64_t work_bytes(const VectorRequest& r) {
+  if (r.atomic) return sizeof(std::uint64_t);
   const std::size_t size = element_size(r.type);
   return size == 0 || r.count > UINT64_MAX / size ? UINT64_MAX : r.count * size;
 }
@@ -53,14 +54,16 @@ void after_gap(Services& s, std::uint16_t type, VectorRequest r, const OrderGap&
   }
 }
 
+protocol::FixedReply done_reply(const Applied& applied) { return {Errc::ok, applied.version, {}, applied.old}; }
+
 }  // namespace
 
 void run_vector_op(Services& s, std::uint16_t type, VectorRequest r, VectorDone done) {
-  s.metrics.vector_op(r.op, r.type, r.count * element_size(r.type));
+  if (!r.atomic) s.metrics.vector_op(r.op, r.type, r.count * element_size(r.type));
   if (work_bytes(r) <= kInlineVectorBytes) {
     std::optional<protocol::FixedReply> answer;
     try {
-      if (auto version = s.requests.apply(r, /*wait=*/false)) answer = protocol::FixedReply{Errc::ok, *version, {}};
+      if (auto applied = s.requests.apply(r, /*wait=*/false)) answer = done_reply(*applied);
     } catch (const OrderGap& gap) {
       return after_gap(s, type, std::move(r), gap, std::move(done));
     } catch (...) {
@@ -71,7 +74,7 @@ void run_vector_op(Services& s, std::uint16_t type, VectorRequest r, VectorDone 
   boost::asio::post(s.workers, [&s, type, r = std::move(r), done = std::move(done)]() mutable {
     protocol::FixedReply answer;
     try {
-      answer = protocol::FixedReply{Errc::ok, *s.requests.apply(r, /*wait=*/true), {}};
+      answer = done_reply(*s.requests.apply(r, /*wait=*/true));
     } catch (const OrderGap& gap) {
       return after_gap(s, type, std::move(r), gap, std::move(done));
     } catch (...) {

@@ -55,7 +55,7 @@ struct BufferOptions {
   std::vector<std::string> servers;
   /// Copies of each stripe, each on a different server (1 to
   /// min(servers, kMaxReplicas)): writes go to every copy, reads fail over,
-  /// vector ops and fetch_add apply on every copy in one order, so that the
+  /// vector ops and atomics apply on every copy in one order, so that the
   /// buffer survives the loss of replicas - 1 servers (docs/reliability.md).
   std::uint32_t replicas = 1;
 };
@@ -231,7 +231,9 @@ class Buffer {
   /// buffer's version is the least over its servers, so an op over the whole
   /// buffer advances it by one (by one per call where x is sent inline and a
   /// server's share exceeds one call's payload: 4 MiB over UCX, less over
-  /// native verbs). A server in the middle of an op answers once it ends.
+  /// native verbs). On a replicated buffer an atomic counts as an op too:
+  /// its copies take atomics in the same order as vector ops. A server in
+  /// the middle of an op answers once it ends.
   std::uint64_t version();
   /// Returns once version() >= `version` (the servers notify; no polling), or
   /// throws Errc::timeout. Returns the version reached.

@@ -12,6 +12,12 @@ namespace {
 constexpr auto kVectorType = static_cast<std::uint16_t>(MessageType::vector_call);
 constexpr auto kVersionType = static_cast<std::uint16_t>(MessageType::version_call);
 constexpr auto kBarrierType = static_cast<std::uint16_t>(MessageType::barrier_call);
+constexpr auto kAtomicType = static_cast<std::uint16_t>(MessageType::atomic_call);
+
+// The fixed part of a reply to `type`: an atomic's carries the old value.
+std::size_t reply_fixed_size(MessageType type) {
+  return kFixedReplySize + (type == MessageType::atomic_call ? sizeof(std::uint64_t) : 0);
+}
 
 Bytes frame_with_body(std::uint16_t type, std::uint32_t request_id, std::size_t body_length) {
   Bytes frame(kHeaderSize + body_length);
@@ -165,33 +171,80 @@ BarrierCall decode_barrier_call(std::span<const std::uint8_t> body) {
   return call;
 }
 
+Bytes encode_atomic_call(std::uint32_t request_id, AtomicKind kind, std::string_view name, std::uint64_t offset,
+                         std::uint64_t operand, std::uint64_t desired, std::uint64_t order) {
+  if (name.empty() || name.size() > kMaxSegmentNameLength)
+    throw Error(Errc::invalid_argument, "atomic_call: a segment name must have 1 to " +
+                                            std::to_string(kMaxSegmentNameLength) + " bytes");
+  Bytes frame = frame_with_body(kAtomicType, request_id, kAtomicCallFixedSize + name.size());
+  std::uint8_t* b = frame.data() + kHeaderSize;
+  put_le(b, static_cast<std::uint8_t>(kind), 1);
+  put_le(b + 1, 0, 1);
+  put_le(b + 2, name.size(), 2);
+  put_le(b + 4, 0, 4);
+  put_le(b + 8, offset, 8);
+  put_le(b + 16, operand, 8);
+  put_le(b + 24, desired, 8);
+  put_le(b + 32, order, 8);
+  std::memcpy(b + kAtomicCallFixedSize, name.data(), name.size());
+  return frame;
+}
+
+AtomicCall decode_atomic_call(std::span<const std::uint8_t> body) {
+  constexpr const char* kCall = "atomic_call";
+  if (body.size() < kAtomicCallFixedSize)
+    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes is shorter than its fixed part", kCall);
+  const std::uint8_t* b = body.data();
+  const auto kind = get_le(b, 1);
+  const auto name_length = get_le(b + 2, 2);
+  if (get_le(b + 1, 1) != 0 || get_le(b + 4, 4) != 0) bad(Errc::protocol, "reserved field is not zero", kCall);
+  if (body.size() != kAtomicCallFixedSize + name_length)
+    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name length", kCall);
+  check_name_length(name_length, kCall, kMaxSegmentNameLength);
+  if (kind != static_cast<std::uint64_t>(AtomicKind::fetch_add) &&
+      kind != static_cast<std::uint64_t>(AtomicKind::compare_swap))
+    bad(Errc::invalid_argument, "unknown kind " + std::to_string(kind), kCall);
+  AtomicCall call;
+  call.kind = static_cast<AtomicKind>(kind);
+  call.offset = get_le(b + 8, 8);
+  call.operand = get_le(b + 16, 8);
+  call.desired = get_le(b + 24, 8);
+  call.order = get_le(b + 32, 8);
+  call.name.assign(reinterpret_cast<const char*>(b + kAtomicCallFixedSize), name_length);
+  return call;
+}
+
 Bytes encode_fixed_reply(MessageType type, std::uint32_t request_id, const FixedReply& reply) {
   const std::string_view message = cut_message(reply.message);
-  Bytes frame = frame_with_body(static_cast<std::uint16_t>(type) | kReplyBit, request_id, kFixedReplySize + message.size());
+  const std::size_t fixed = reply_fixed_size(type);
+  Bytes frame = frame_with_body(static_cast<std::uint16_t>(type) | kReplyBit, request_id, fixed + message.size());
   std::uint8_t* b = frame.data() + kHeaderSize;
   put_le(b, static_cast<std::uint32_t>(reply.code), 4);
   put_le(b + 4, message.size(), 4);
   put_le(b + 8, reply.version, 8);
-  std::memcpy(b + kFixedReplySize, message.data(), message.size());
+  if (fixed > kFixedReplySize) put_le(b + kFixedReplySize, reply.old, 8);
+  std::memcpy(b + fixed, message.data(), message.size());
   return frame;
 }
 
 FixedReply decode_fixed_reply(MessageType type, std::span<const std::uint8_t> frame) {
   const char* call = message_name(static_cast<std::uint16_t>(type));
-  if (frame.size() < kHeaderSize + kFixedReplySize) bad(Errc::protocol, "reply shorter than its fixed part", call);
+  const std::size_t fixed = reply_fixed_size(type);
+  if (frame.size() < kHeaderSize + fixed) bad(Errc::protocol, "reply shorter than its fixed part", call);
   const auto header = decode_header(frame.first<kHeaderSize>());
   if (header.type != (static_cast<std::uint16_t>(type) | kReplyBit))
     bad(Errc::protocol, "reply does not match the request", call);
   const std::uint8_t* b = frame.data() + kHeaderSize;
   const auto code = get_le(b, 4);
   const auto message_length = get_le(b + 4, 4);
-  if (header.body_length != frame.size() - kHeaderSize || header.body_length != kFixedReplySize + message_length)
+  if (header.body_length != frame.size() - kHeaderSize || header.body_length != fixed + message_length)
     bad(Errc::protocol, "reply length does not match its header", call);
   FixedReply reply;
   // A code this build does not know is still a failure.
   reply.code = code > static_cast<std::uint64_t>(kLastErrc) ? Errc::internal : static_cast<Errc>(code);
   reply.version = get_le(b + 8, 8);
-  reply.message.assign(reinterpret_cast<const char*>(b + kFixedReplySize), message_length);
+  if (fixed > kFixedReplySize) reply.old = get_le(b + kFixedReplySize, 8);
+  reply.message.assign(reinterpret_cast<const char*>(b + fixed), message_length);
   if (reply.code != Errc::ok && reply.message.empty()) reply.message = "unspecified error";
   return reply;
 }

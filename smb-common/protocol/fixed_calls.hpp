@@ -13,12 +13,17 @@
 //                  | version u64 | timeout_ms u64 | name
 //   barrier_call = parties u64 | timeout_ms u64 | session u64 | name_length u16
 //                  | 0 u16 | 0 u32 | name
-//   reply (all)  = errc u32 (0: done) | message_length u32 | version u64 | message
+//   atomic_call  = kind u8 (1 fetch_add, 2 compare_swap) | 0 u8 | name_length u16 | 0 u32
+//                  | offset u64 | operand u64 | desired u64 | order u64 | name
+//   reply (all)  = errc u32 (0: done) | message_length u32 | version u64
+//                  | old u64 (atomic_call only) | message
 //
 // Names are segment names (messages.hpp: a buffer's name, or a replica's).
-// A vector call's order is 0, or the version the op must bring the segment
-// to: a replica applies it only right after the op before it in that order
-// (docs/reliability.md, "Replication").
+// A vector or atomic call's order is 0, or the version the op must bring the
+// segment to: a replica applies it only right after the op before it in that
+// order (docs/reliability.md, "Replication"). Atomics come as calls only on
+// replicated buffers, where they must take their place in that order like
+// vector ops; unreplicated buffers use the transport's one-sided atomics.
 //
 // Little endian, after the usual 16-byte frame header; a vector op's x
 // travels as the call's raw payload. Decoding checks every length and range
@@ -39,7 +44,8 @@ namespace smb::protocol {
 inline constexpr std::size_t kVectorCallFixedSize = 48;
 inline constexpr std::size_t kVersionCallFixedSize = 24;
 inline constexpr std::size_t kBarrierCallFixedSize = 32;
-inline constexpr std::size_t kFixedReplySize = 16;
+inline constexpr std::size_t kAtomicCallFixedSize = 40;
+inline constexpr std::size_t kFixedReplySize = 16;  // an atomic_call's: 8 more (the old value)
 
 struct VectorCall {
   VectorOp op = VectorOp::accumulate;
@@ -84,11 +90,28 @@ Bytes encode_barrier_call(std::uint32_t request_id, std::string_view name, std::
                           std::uint64_t timeout_ms, std::uint64_t session);
 BarrierCall decode_barrier_call(std::span<const std::uint8_t> body);
 
+enum class AtomicKind : std::uint8_t { fetch_add = 1, compare_swap = 2 };
+
+// An atomic on the 8-byte word at `offset` of one copy of a replicated buffer.
+struct AtomicCall {
+  AtomicKind kind = AtomicKind::fetch_add;
+  std::string name;
+  std::uint64_t offset = 0;   // bytes into the server's segment, a multiple of 8
+  std::uint64_t operand = 0;  // fetch_add: the addend; compare_swap: the expected value
+  std::uint64_t desired = 0;  // compare_swap: the value stored where the word equals `operand`
+  std::uint64_t order = 0;    // as a vector call's
+};
+
+Bytes encode_atomic_call(std::uint32_t request_id, AtomicKind kind, std::string_view name, std::uint64_t offset,
+                         std::uint64_t operand, std::uint64_t desired = 0, std::uint64_t order = 0);
+AtomicCall decode_atomic_call(std::span<const std::uint8_t> body);
+
 // The reply to any of the calls.
 struct FixedReply {
   Errc code = Errc::ok;
   std::uint64_t version = 0;  // the buffer's version here after the op, or the one reached
   std::string message;        // why it failed
+  std::uint64_t old = 0;      // atomic_call: the word before the op
 };
 
 // The whole reply frame to a call of `type`; a message longer than

@@ -48,6 +48,7 @@ const char* message_name(std::uint16_t type) {
     case MessageType::pause_holders: return "pause_holders";
     case MessageType::segment_digest: return "segment_digest";
     case MessageType::mark_stale: return "mark_stale";
+    case MessageType::atomic_call: return "atomic_call";
   }
   return "unknown";
 }

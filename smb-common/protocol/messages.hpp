@@ -75,6 +75,7 @@ enum class MessageType : std::uint16_t {
   pause_holders = 29,   // home server: {name, timeout_ms} -> {holders} once every holder acked (deferred)
   segment_digest = 30,  // {name, offset, length, chunk} -> {digests(bin)}: 16 bytes (XXH3-128) per chunk
   mark_stale = 31,      // home server: {name, copy, server, why} -> {layout(bin)}: that copy fell behind (Layout::stale)
+  atomic_call = 32,     // fetch_add / compare_swap on a replicated buffer's copy, ordered like a vector_call (fixed_calls.hpp)
 };
 
 const char* message_name(std::uint16_t type);

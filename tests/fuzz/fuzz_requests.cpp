@@ -112,11 +112,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       transport::Bytes frame(bytes.begin(), bytes.end() - static_cast<std::ptrdiff_t>(split));
       transport::Bytes payload(bytes.end() - static_cast<std::ptrdiff_t>(split), bytes.end());
       const auto call_type = frame.size() >= 8 ? static_cast<std::uint16_t>(frame[6] | frame[7] << 8) : 0;
-      // A vector call with an order waits for the op before it (a copy following its primary).
-      const bool ordered = call_type == static_cast<std::uint16_t>(MessageType::vector_call) &&
-                           frame.size() >= protocol::kHeaderSize + protocol::kVectorCallFixedSize &&
-                           std::any_of(frame.begin() + protocol::kHeaderSize + 40,  // the order field
-                                       frame.begin() + protocol::kHeaderSize + 48, [](auto b) { return b != 0; });
+      // A vector or atomic call with an order waits for the op before it (a copy following its primary).
+      const auto has_order = [&frame](std::size_t fixed_size, std::size_t at) {
+        return frame.size() >= protocol::kHeaderSize + fixed_size &&
+               std::any_of(frame.begin() + static_cast<std::ptrdiff_t>(protocol::kHeaderSize + at),
+                           frame.begin() + static_cast<std::ptrdiff_t>(protocol::kHeaderSize + at + 8),
+                           [](auto b) { return b != 0; });
+      };
+      const bool ordered =
+          (call_type == static_cast<std::uint16_t>(MessageType::vector_call) &&
+           has_order(protocol::kVectorCallFixedSize, 40)) ||
+          (call_type == static_cast<std::uint16_t>(MessageType::atomic_call) && has_order(protocol::kAtomicCallFixedSize, 32));
       auto counted = answers.add(call_type != static_cast<std::uint16_t>(MessageType::version_call) &&
                                  call_type != static_cast<std::uint16_t>(MessageType::barrier_call) && !ordered);
       control.serve_call(std::move(frame), std::move(payload), [counted](transport::Bytes) { counted(); });

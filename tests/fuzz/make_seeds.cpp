@@ -158,6 +158,13 @@ void request_seeds() {
     record(ordered, 1, 0,
            protocol::encode_vector_call(static_cast<std::uint32_t>(20 + order), smb::VectorOp::scale, smb::DType::f32,
                                         0, 4, 2.0, "w#r1", std::nullopt, 0, order));
+  // Atomics on the copy, ordered after those: in turn, ahead, misaligned, past the end.
+  for (std::uint64_t order : {3, 5, 4})
+    record(ordered, 1, 0,
+           protocol::encode_atomic_call(static_cast<std::uint32_t>(30 + order), protocol::AtomicKind::compare_swap,
+                                        "w#r1", 8, 0, 7, order));
+  record(ordered, 1, 0, protocol::encode_atomic_call(40, protocol::AtomicKind::fetch_add, "w#r1", 12, 1));
+  record(ordered, 1, 0, protocol::encode_atomic_call(41, protocol::AtomicKind::fetch_add, "w#r1", 4096, 1));
   write("fuzz_requests", "ordered-copies", ordered);
   // A repair holding the record (and another session refused it), a copy's
   // users and version, the record's runs replaced.

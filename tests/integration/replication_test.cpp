@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <atomic>
 #include <thread>
 
@@ -159,7 +160,7 @@ TEST_P(ReplicationTest, ABufferWithEveryCopyOfAStripeGoneIsLost) {
   expect_error([&] { other.open("both"); }, smb::Errc::data_lost, "every copy of its stripes");
 }
 
-TEST_P(ReplicationTest, ReplicasAreCheckedAndCompareSwapIsRefused) {
+TEST_P(ReplicationTest, ReplicasAreCheckedAndAtomicsGoOnAfterAKill) {
   auto client = make_client();
   smb::BufferOptions three = replicated();
   three.replicas = 3;
@@ -169,10 +170,51 @@ TEST_P(ReplicationTest, ReplicasAreCheckedAndCompareSwapIsRefused) {
   auto buffer = client.create("words", 3 * kUnit, replicated());
   EXPECT_EQ(buffer.fetch_add(8, 5), 0u);
   EXPECT_EQ(buffer.fetch_add(8, 2), 5u);
-  expect_error([&] { buffer.compare_swap(8, 7, 1); }, smb::Errc::invalid_argument, "not supported yet");
+  EXPECT_EQ(buffer.compare_swap(8, 6, 1), 7u) << "mismatch: the current word, no swap";
+  EXPECT_EQ(buffer.compare_swap(8, 7, 1), 7u) << "match: swapped";
+  expect_error([&] { buffer.compare_swap(12, 0, 1); }, smb::Errc::invalid_argument, "aligned");
   server(not_home_of("words")).kill();
-  EXPECT_EQ(buffer.fetch_add(8, 1), 7u) << "the survivors' copy of the word";
-  EXPECT_EQ(buffer.fetch_add(8, 0), 8u);
+  EXPECT_EQ(buffer.fetch_add(8, 1), 1u) << "the survivors' copy of the word";
+  EXPECT_EQ(buffer.compare_swap(8, 2, 40), 2u);
+  EXPECT_EQ(buffer.fetch_add(8, 0), 40u);
+}
+
+// Two clients race compare-swap increments and fetch-adds on one word of
+// each position. Every copy must take them in one order: a swap that
+// succeeded on one copy and failed on the other would leave the copies
+// apart, and losing copy 0 would then change the count.
+TEST_P(ReplicationTest, CopiesTakeRacingAtomicsInOneOrder) {
+  auto a = make_client();
+  auto b = make_client();
+  auto wa = a.create("race", 3 * kUnit, replicated());
+  auto wb = b.open("race");
+  constexpr int kRounds = 150;
+  const std::array<std::uint64_t, 3> words{8, kUnit + 16, 2 * kUnit + 24};  // one per position
+  auto race = [&](smb::Buffer& buffer) {
+    for (int i = 0; i < kRounds; ++i)
+      for (const auto at : words) {
+        std::uint64_t guess = buffer.fetch_add(at, 1) + 1;
+        // An increment by compare-swap: retried until it finds the word as it guessed.
+        for (;;) {
+          const std::uint64_t old = buffer.compare_swap(at, guess, guess + 1);
+          if (old == guess) break;
+          guess = old;
+        }
+      }
+  };
+  std::thread other([&] { race(wb); });
+  race(wa);
+  other.join();
+  const std::uint64_t each = 2 * 2 * kRounds;  // two clients, two increments a round
+  for (const auto at : words) EXPECT_EQ(wa.fetch_add(at, 0), each) << "copy 0 of the word at " << at;
+  // One position's copy 0 goes: its word is now read from copy 1.
+  server(not_home_of("race")).kill();
+  for (const auto at : words) {
+    std::uint64_t word = 0;
+    wb.read(at, std::as_writable_bytes(std::span(&word, 1)));
+    EXPECT_EQ(word, each) << "the surviving copies of the word at " << at;
+    EXPECT_EQ(wb.compare_swap(at, word, word + 1), word) << "and they take swaps";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fabrics, ReplicationTest, testing::ValuesIn(multi_server_fabrics()), fabric_name);

@@ -1,5 +1,5 @@
 // smbd survives hostile data-path calls: the fixed-body calls (vector_call,
-// version_call, barrier_call) sent by hand over a real UCX channel to a real
+// version_call, barrier_call, atomic_call) sent by hand over a real UCX channel to a real
 // daemon, malformed or refused after decoding, each get an error reply with
 // the right code, and the daemon goes on serving. A call refused after it
 // was decoded once ended smbd (found by fuzz_requests): its reply had been
@@ -148,6 +148,47 @@ TEST_F(HostileCallsTest, OrderedCallsRunInTheirOrderAndGapsTimeOut) {
   const auto set = raw.receive();
   ASSERT_TRUE(set && set->body.value("ok", false)) << (set ? set->body.dump() : "no reply");
   EXPECT_EQ(call(MessageType::vector_call, scale(8, 8)).version, 8u) << "an ordered op after the repair";
+}
+
+// Atomic calls (a replicated buffer's atomics): they answer the old word,
+// take their place in the same order as vector ops, and refuse a word that
+// is misaligned, past the segment, or on an unknown segment.
+TEST_F(HostileCallsTest, AtomicCallsAnswerTheOldWordInTheCopysOrder) {
+  test::RawConnection raw(server_->address());
+  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::hello), 1, {{"client", "atomics"}, {"transport", "ucx"}}));
+  ASSERT_TRUE(raw.receive());
+  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::alloc_segment), 2, {{"name", "a#r1"}, {"length", 64}}));
+  const auto made = raw.receive();
+  ASSERT_TRUE(made && made->body.value("ok", false)) << server_->log();
+  const auto add = [](std::uint32_t id, std::uint64_t offset, std::uint64_t value, std::uint64_t order = 0) {
+    return encode_atomic_call(id, AtomicKind::fetch_add, "a#r1", offset, value, 0, order);
+  };
+  const auto cas = [](std::uint32_t id, std::uint64_t expected, std::uint64_t desired, std::uint64_t order = 0) {
+    return encode_atomic_call(id, AtomicKind::compare_swap, "a#r1", 56, expected, desired, order);
+  };
+  auto first = call(MessageType::atomic_call, add(1, 56, 5));
+  EXPECT_EQ(first.code, Errc::ok) << first.message;
+  EXPECT_EQ(first.old, 0u);
+  EXPECT_EQ(first.version, 1u) << "an atomic advances the version like a vector op";
+  EXPECT_EQ(call(MessageType::atomic_call, cas(2, 4, 9)).old, 5u) << "no swap";
+  EXPECT_EQ(call(MessageType::atomic_call, cas(3, 5, 9, 3)).old, 5u) << "in its order (version 3): swapped";
+  EXPECT_EQ(call(MessageType::atomic_call, add(4, 56, 0)).old, 9u);
+  expect_refused(MessageType::atomic_call, cas(5, 9, 1, 3), Errc::already_exists, "an order already taken");
+  expect_refused(MessageType::atomic_call, add(6, 12, 1), Errc::invalid_argument, "a misaligned word");
+  expect_refused(MessageType::atomic_call, add(7, 64, 1), Errc::out_of_range, "a word past the segment");
+  expect_refused(MessageType::atomic_call, add(8, UINT64_MAX - 7, 1), Errc::out_of_range, "a word at 2^64-8");
+  expect_refused(MessageType::atomic_call, encode_atomic_call(9, AtomicKind::fetch_add, "nothing", 0, 1),
+                 Errc::not_found, "an unknown segment");
+  auto bad_kind = add(10, 0, 1);
+  bad_kind[kHeaderSize] = 7;
+  expect_refused(MessageType::atomic_call, bad_kind, Errc::invalid_argument, "an unknown kind");
+  const auto whole = add(11, 0, 1);
+  const auto body_length = static_cast<std::uint32_t>(whole.size() - kHeaderSize - 4);
+  const auto head = encode_header(Header{kVersion, static_cast<std::uint16_t>(MessageType::atomic_call), 11, body_length});
+  Bytes cut(head.begin(), head.end());
+  cut.insert(cut.end(), whole.begin() + kHeaderSize, whole.end() - 4);
+  expect_refused(MessageType::atomic_call, cut, Errc::protocol, "a body cut short");
+  EXPECT_EQ(call(MessageType::atomic_call, add(12, 56, 0)).old, 9u) << "refused calls changed nothing";
 }
 
 }  // namespace

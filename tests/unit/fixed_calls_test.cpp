@@ -69,6 +69,41 @@ TEST(FixedCalls, BarrierCallRoundTripsAndChecksItsName) {
   EXPECT_EQ(code_of([&] { decode_barrier_call(body_of(frame)); }), Errc::protocol);
 }
 
+TEST(FixedCalls, AtomicCallRoundTripsAndIsChecked) {
+  const auto frame = encode_atomic_call(6, AtomicKind::compare_swap, "w#r1", 4104, 7, ~0ull, 12);
+  const auto call = decode_atomic_call(body_of(frame));
+  EXPECT_EQ(call.kind, AtomicKind::compare_swap);
+  EXPECT_EQ(call.name, "w#r1");
+  EXPECT_EQ(call.offset, 4104u);
+  EXPECT_EQ(call.operand, 7u);
+  EXPECT_EQ(call.desired, ~0ull);
+  EXPECT_EQ(call.order, 12u);
+  const Bytes body(frame.begin() + kHeaderSize, frame.end());
+  for (std::size_t n = 0; n < body.size(); ++n)
+    EXPECT_EQ(code_of([&] { decode_atomic_call(std::span(body).first(n)); }), Errc::protocol) << n;
+  auto with = [&](std::size_t at, std::uint8_t value) {
+    Bytes b = body;
+    b[at] = value;
+    return b;
+  };
+  EXPECT_EQ(code_of([&] { decode_atomic_call(with(0, 0)); }), Errc::invalid_argument);  // kind 0
+  EXPECT_EQ(code_of([&] { decode_atomic_call(with(0, 3)); }), Errc::invalid_argument);  // kind 3
+  EXPECT_EQ(code_of([&] { decode_atomic_call(with(1, 1)); }), Errc::protocol);          // reserved
+  EXPECT_EQ(code_of([&] { decode_atomic_call(with(2, 9)); }), Errc::protocol);          // name length
+  // Its reply carries the old word; a reply cut before it is refused.
+  const auto reply = encode_fixed_reply(MessageType::atomic_call, 6, {Errc::ok, 9, {}, 0x1122334455667788ull});
+  const auto decoded = decode_fixed_reply(MessageType::atomic_call, reply);
+  EXPECT_EQ(decoded.version, 9u);
+  EXPECT_EQ(decoded.old, 0x1122334455667788ull);
+  EXPECT_EQ(reply.size(), kHeaderSize + kFixedReplySize + 8);
+  EXPECT_EQ(code_of([&] { decode_fixed_reply(MessageType::atomic_call, std::span(reply).first(reply.size() - 8)); }),
+            Errc::protocol);
+  const auto failed = decode_fixed_reply(MessageType::atomic_call,
+                                         encode_fixed_reply(MessageType::atomic_call, 6, {Errc::out_of_range, 0, "past"}));
+  EXPECT_EQ(failed.code, Errc::out_of_range);
+  EXPECT_EQ(failed.message, "past");
+}
+
 TEST(FixedCalls, RepliesRoundTripAndCutLongMessages) {
   const auto ok = decode_fixed_reply(MessageType::vector_call,
                                      encode_fixed_reply(MessageType::vector_call, 3, {Errc::ok, 77, {}}));

@@ -21,7 +21,8 @@ TEST(MessageRoutes, EveryMessageHasItsOwnRoute) {
     EXPECT_NE(route.handler, nullptr) << protocol::message_name(t);
   }
   // The fixed-body calls are served before the table (data_path_calls.cpp).
-  for (auto t : {MessageType::vector_call, MessageType::version_call, MessageType::barrier_call})
+  for (auto t : {MessageType::vector_call, MessageType::version_call, MessageType::barrier_call,
+                 MessageType::atomic_call})
     EXPECT_EQ(route_for(type_of(t), kCall).type, t);
   // auth is a session's answer to a challenge (control_session.cpp); the table only refuses it out of turn.
   EXPECT_EQ(route_for(type_of(MessageType::auth), kControl).type, MessageType::auth);
@@ -30,7 +31,8 @@ TEST(MessageRoutes, EveryMessageHasItsOwnRoute) {
 }
 
 TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
-  for (auto t : {MessageType::vector_call, MessageType::version_call, MessageType::barrier_call})
+  for (auto t : {MessageType::vector_call, MessageType::version_call, MessageType::barrier_call,
+                 MessageType::atomic_call})
     EXPECT_EQ(route_for(type_of(t), kCall).runs_on, RunsOn::arrival);
   // Each request has one encoding per path: the MessagePack forms of the
   // fixed calls come only over a control connection, and the reverse.
@@ -50,7 +52,7 @@ TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
 }
 
 TEST(MessageRoutes, UnknownTypesAreProtocolErrors) {
-  for (int t : {0, type_of(MessageType::mark_stale) + 1, 0x7fff, 0xffff}) {
+  for (int t : {0, type_of(MessageType::atomic_call) + 1, 0x7fff, 0xffff}) {
     try {
       route_for(static_cast<std::uint16_t>(t), kControl);
       ADD_FAILURE() << "type " << t << " was routed";

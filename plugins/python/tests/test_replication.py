@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Replicated buffers through the smb package: two copies of every stripe
 over 3 smbd, one of which is killed (SIGKILL); the open buffer keeps its
-bytes and takes writes, accumulates and fetch_adds."""
+bytes and takes writes, accumulates and atomics."""
 
 import fabric
 from fabric import needs_numpy, np, smb
@@ -35,6 +35,11 @@ class KilledServerTest(fabric.FabricTestCase):
         b.read(0, got)
         np.testing.assert_array_equal(got, x + 1)
         self.assertEqual(b.fetch_add(0, 0), first_word)  # the word from the copy that is left
+        # compare_swap on a replicated buffer: its copies take it in one order.
+        word = int(np.float32([3.0, 4.0]).view(np.uint64)[0])  # x[2:4] + 1
+        self.assertEqual(b.compare_swap(8, 5, 6), word)  # no swap
+        self.assertEqual(b.compare_swap(8, word, 99), word)  # swapped
+        self.assertEqual(b.compare_swap(8, 99, word), 99)  # and back
         b.apply("accumulate", offset=0, x=np.ones_like(x))
         b.write(4, np.float32([7.0]))
         b.read(0, got)

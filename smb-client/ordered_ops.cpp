@@ -1,0 +1,148 @@
+// The ops a replicated buffer's copies must apply in one order -- vector ops
+// and atomics (BufferOptions::replicas > 1) -- from the client's side.
+//
+// Copy 0 orders a position's ops while it lives: each call there comes back
+// with the version it brought its segment to, and every other copy applies
+// the same call tagged with that version, right after the call before it in
+// that order (smbd: VectorRequest::order). So the copies apply every op in
+// the same order and stay bit-identical, floating-point sums and
+// compare-swaps included. Where copy 0 is lost, the next usable copy takes
+// the op untagged (it is then the only one: its arrival order is the order).
+// docs/reliability.md ("Replication") states what this guarantees.
+#include "client_core.hpp"
+#include "server_calls.hpp"
+
+namespace smb {
+
+std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std::vector<std::uint32_t>& positions,
+                                                                       const AddOrderedCalls& add, const char* op,
+                                                                       const std::function<std::string()>& what) {
+  const client::OpGate::Pass pass(gate_);
+  struct Run {
+    std::uint32_t position = 0;
+    std::uint32_t replica = 0;
+    std::unique_ptr<client::ServerCalls> calls;
+    std::vector<protocol::FixedReply> replies;  // the ordering copy's
+    std::vector<std::uint64_t> orders;          // the versions it gave
+  };
+  auto start = [&](Run& run, std::uint32_t replica, const std::vector<std::uint64_t>* orders) {
+    run.replica = replica;
+    run.calls = std::make_unique<client::ServerCalls>(client_, what);
+    add(*run.calls, run.position, replica, orders);
+  };
+  // The first copy of every position; when its server is lost, the next copy, untagged.
+  std::vector<Run> firsts(positions.size());
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    firsts[i].position = positions[i];
+    start(firsts[i], first_usable(positions[i], op), nullptr);
+  }
+  for (auto& run : firsts) {
+    for (;;) {
+      try {
+        run.replies = run.calls->finish_fixed();
+        break;
+      } catch (const Error& e) {
+        if (!client::is_absence(e)) throw;
+        // Lost before it answered: it may or may not have applied the op, but
+        // no other copy has it yet (they get it only after this one answered).
+        const auto s = replica_server(run.position, run.replica);
+        mark_stale(run.replica, s, std::string("a ") + op + " failed: " + e.what(), alive(s));
+        start(run, first_usable(run.position, op), nullptr);
+      }
+    }
+    for (const auto& reply : run.replies) run.orders.push_back(reply.version);
+  }
+  // The other copies of the positions copy 0 ordered, each op tagged with its order.
+  struct Follower {
+    Run run;
+    Run* first = nullptr;
+  };
+  std::vector<Follower> followers;
+  for (auto& first : firsts) {
+    if (first.replica != 0) continue;
+    for (std::uint32_t r = 1; r < replicas(); ++r) {
+      if (!usable(r, replica_server(first.position, r))) continue;
+      auto& follower = followers.emplace_back();
+      follower.run.position = first.position;
+      follower.first = &first;
+      start(follower.run, r, &first.orders);
+    }
+  }
+  for (auto& [run, first] : followers) {
+    const auto server = replica_server(run.position, run.replica);
+    try {
+      const auto replies = run.calls->finish_fixed();
+      // Applied in the same place of the same order, an atomic finds the same
+      // word: one that did not was changed apart from the ordered ops (a
+      // write racing them on the same bytes), and this copy has diverged.
+      for (std::size_t k = 0; k < replies.size(); ++k)
+        if (replies[k].old != first->replies[k].old)
+          mark_stale(run.replica, server,
+                     "its word differed from copy 0's at the same place in their order (a write raced the " +
+                         std::string(op) + " on the same bytes)",
+                     true);
+    } catch (const Error& e) {
+      if ((e.code() == Errc::already_exists || e.code() == Errc::timeout) && !primary_answers(run.position)) {
+        // Copy 0 died after it answered: ops of clients that saw it die took
+        // this copy's next versions, or one it ordered never comes. This copy
+        // is the only one now: the op goes after what it has, and its answer
+        // is the op's (copy 0's state is gone with it).
+        start(run, run.replica, nullptr);
+        first->replies = run.calls->finish_fixed();
+      } else if (client::is_absence(e) || e.code() == Errc::already_exists) {
+        // Gone (the others have the op), or left behind by its primary (an op
+        // before this one never came: its client died between the copies).
+        mark_stale(run.replica, server, std::string("it missed a ") + op + ": " + e.what(), alive(server));
+      } else {
+        throw;
+      }
+    }
+  }
+  std::vector<std::vector<protocol::FixedReply>> decided;
+  decided.reserve(firsts.size());
+  for (auto& run : firsts) decided.push_back(std::move(run.replies));
+  return decided;
+}
+
+void BufferCore::apply_replicated(const VectorCallArgs& args, const std::map<std::uint32_t, VectorPart>& parts,
+                                  const std::function<std::string()>& what) {
+  std::vector<std::uint32_t> positions;
+  for (const auto& [position, part] : parts) positions.push_back(position);
+  run_ordered(
+      positions,
+      [&](client::ServerCalls& calls, std::uint32_t position, std::uint32_t replica,
+          const std::vector<std::uint64_t>* orders) {
+        add_vector_calls(calls, args, position, parts.at(position), replica, orders);
+      },
+      vector_op_name(args.op), what);
+}
+
+std::uint64_t BufferCore::atomic_replicated(protocol::AtomicKind kind, std::uint64_t offset, std::uint64_t operand,
+                                            std::uint64_t desired) {
+  const char* op = kind == protocol::AtomicKind::fetch_add ? "fetch-add" : "compare-swap";
+  const auto piece = protocol::locate(geometry(), offset);  // atomic() checked the range and alignment
+  const auto decided = run_ordered(
+      {piece.server},
+      [&](client::ServerCalls& calls, std::uint32_t position, std::uint32_t replica,
+          const std::vector<std::uint64_t>* orders) {
+        calls.add_atomic_call(*link_at(replica_server(position, replica)), kind, segment_names_[replica],
+                              piece.local_offset, operand, desired, orders != nullptr ? orders->front() : 0);
+      },
+      op, [this, op, offset] { return describe(op, offset, sizeof(std::uint64_t)); });
+  return decided.front().front().old;
+}
+
+bool BufferCore::primary_answers(std::uint32_t position) {
+  if (link_at(position) == nullptr || !link_at(position)->alive()) return false;
+  try {
+    client::ServerCalls probe(client_, "probe of copy 0");
+    probe.add_version_call(*link_at(position), protocol::VersionCallKind::get, segment_names_[0], 0, client_->timeout());
+    probe.finish_versions();
+    return true;
+  } catch (const Error& e) {
+    if (client::is_absence(e)) return false;
+    throw;
+  }
+}
+
+}  // namespace smb
