@@ -114,8 +114,12 @@ client::ServerLink& ClientCore::connect(const std::string& server) {
       server, options_.timeout,
       Body{{"client", "libsmb"}, {"transport", transport_->name()}, {"address", protocol::binary(transport_->address())}},
       auth_secret_);
-  l.channel = transport_->connect(protocol::get_binary(l.control->hello_reply(), "address", "hello"), server);
-  if (l.control->hello_reply().contains("instance")) l.instance = protocol::get_u64(l.control->hello_reply(), "instance", "hello");
+  // The data channel presents the session's ticket: the server serves it
+  // only while this control session is open (ChannelAdmission).
+  const auto& hello = l.control->hello_reply();
+  const auto ticket = hello.contains("ticket") ? protocol::get_binary(hello, "ticket", "hello") : protocol::Bytes{};
+  l.channel = transport_->connect(protocol::get_binary(hello, "address", "hello"), server, ticket);
+  if (hello.contains("instance")) l.instance = protocol::get_u64(hello, "instance", "hello");
   l.waits = std::make_unique<client::WaitConnections>(
       server, options_.timeout, Body{{"client", "libsmb-wait"}, {"transport", transport_->name()}}, auth_secret_);
   return *links_.insert_or_assign(server, std::move(made)).first->second;

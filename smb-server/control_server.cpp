@@ -119,6 +119,7 @@ void ControlServer::session_ended(const std::shared_ptr<ControlSession>& session
   versions_.session_closed(session->id());
   barriers_.session_closed(session->id());
   pauses_.session_closed(session->id());
+  tickets_.revoke(session->id());  // its data channels are served no more
   clients_ -= 1;
   sessions_.erase(session);
 }

@@ -3,6 +3,7 @@
 // connection, one request at a time per session. Every request, from a
 // session or from a data-path call, goes through serve(), which answers
 // exactly once whatever the request holds.
+#include "channel_tickets.hpp"
 #include "coordination.hpp"
 #include "limits.hpp"
 #include "message_routes.hpp"
@@ -39,6 +40,9 @@ class ControlServer {
              ReplyFn reply);
   void session_ended(const std::shared_ptr<ControlSession>& session);
   const ConnectionLimits& limits() const { return limits_; }
+  // The tickets binding each session's data channels to it (a greeted
+  // session gets one in its hello reply; revoked when it ends).
+  ChannelTickets& tickets() { return tickets_; }
   // A new --auth-token-file secret (SIGHUP), for the next hellos; sessions
   // already in keep theirs. On the event loop, as the hellos are.
   void set_auth_secret(std::string secret) { limits_.auth_secret = std::move(secret); }
@@ -65,6 +69,7 @@ class ControlServer {
   Registry& registry_;
   ConnectionLimits limits_;
   std::atomic<std::uint32_t> clients_{0};
+  ChannelTickets tickets_;
   Metrics metrics_;
   RequestHandler handler_;
   Coordination coordination_;  // deferred replies: locks, barriers

@@ -129,6 +129,8 @@ void ControlSession::greet(std::span<const std::uint8_t> hello) {
     if (protocol::is_ok(reply)) {
       self->greeted_ = true;
       self->disarm();
+      // What its data channels present to the transport (channel_admission.hpp).
+      reply["ticket"] = protocol::binary(self->server_.tickets().issue(self->id_));
     }
     self->send(reply);
   });

@@ -138,7 +138,8 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
                      control->serve_call(std::move(frame), std::move(payload), std::move(respond));
                    },
                    smb::transport::ServerTuning{.busy_poll = options.poll,
-                                                              .spin = std::chrono::microseconds(options.spin_us)});
+                                                              .spin = std::chrono::microseconds(options.spin_us)},
+                   control->tickets().admission());
   control->metrics().count_traffic(transport->traffic());
   control->start();
   if (!options.metrics.empty()) {

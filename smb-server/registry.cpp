@@ -1,6 +1,7 @@
 #include "registry.hpp"
 
 #include "protocol/messages.hpp"
+#include "transport/server_ops.hpp"
 #include "util/parse.hpp"
 #include "vector_kernels.hpp"
 
@@ -356,13 +357,14 @@ void check_word(const VectorRequest& r, const Segment& target) {
                                         std::to_string(target.length) + " bytes");
 }
 
-std::uint64_t apply_atomic(const VectorRequest::Atomic& op, std::byte* at) {
-  // atomic_ref: a transport's one-sided atomic (shared memory) may touch the word too.
-  std::atomic_ref word(*reinterpret_cast<std::uint64_t*>(at));
-  if (op.kind == protocol::AtomicKind::fetch_add) return word.fetch_add(op.operand);
-  std::uint64_t expected = op.operand;
-  word.compare_exchange_strong(expected, op.desired);
-  return expected;  // the word before: equal to `operand` exactly when it swapped
+// The same atomic a transport's server-assisted ops run (transport/server_ops.hpp).
+std::uint64_t apply_atomic(const VectorRequest::Atomic& op, std::uint64_t offset, std::byte* base) {
+  const bool add = op.kind == protocol::AtomicKind::fetch_add;
+  const transport::AtomicRequest request{0, offset,
+                                         static_cast<std::uint32_t>(add ? transport::AtomicOp::fetch_add
+                                                                        : transport::AtomicOp::compare_swap),
+                                         add ? op.operand : op.desired, add ? 0 : op.operand};
+  return transport::apply_atomic(request, transport::SegmentAccess{nullptr, base, 0});
 }
 }  // namespace
 
@@ -400,7 +402,7 @@ std::optional<Applied> Registry::apply(const VectorRequest& r, bool wait) {
   Applied applied;
   try {
     if (r.atomic)
-      applied.old = apply_atomic(*r.atomic, target->base + r.offset);
+      applied.old = apply_atomic(*r.atomic, r.offset, target->base);
     else
       apply_vector_op(r.op, r.type, target->base + r.offset, x, r.count, r.alpha);
   } catch (...) {

@@ -47,6 +47,15 @@ Bytes make_challenge() {
   return challenge;
 }
 
+Bytes digest(std::span<const std::uint8_t> bytes) {
+  Bytes out(EVP_MAX_MD_SIZE);
+  unsigned int length = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), out.data(), &length, EVP_sha256(), nullptr) != 1)
+    throw Error(Errc::internal, "authentication: OpenSSL could not make a SHA-256 digest");
+  out.resize(length);
+  return out;
+}
+
 Bytes auth_proof(const std::string& secret, const Bytes& challenge) {
   Bytes message(std::begin(kAuthContext), std::end(kAuthContext));  // the context and its NUL
   message.insert(message.end(), challenge.begin(), challenge.end());

@@ -24,6 +24,9 @@ std::string read_secret_file(const std::string& path, const std::string& flag, s
 
 Bytes make_challenge();
 Bytes auth_proof(const std::string& secret, const Bytes& challenge);
+// SHA-256 of `bytes`: a server keeps its channel tickets by digest, so that
+// how long a lookup takes says nothing about the tickets themselves.
+Bytes digest(std::span<const std::uint8_t> bytes);
 // Constant-time comparison with the expected proof.
 bool proof_matches(const std::string& secret, const Bytes& challenge, const Bytes& proof);
 

@@ -42,7 +42,7 @@ inline constexpr std::uint64_t kMaxDigests = 4096;
 inline constexpr std::size_t kMaxErrorLength = 1024;
 
 enum class MessageType : std::uint16_t {
-  hello = 1,           // {client, transport, address(bin)} -> {server, transport, address(bin), session}
+  hello = 1,           // {client, transport, address(bin)} -> {server, transport, address(bin), session, ticket(bin)}
   reserve_name = 2,    // home server: {name, layout(bin)} -> {}
   commit_layout = 3,   // home server: {name} -> {}
   get_layout = 4,      // home server: {name} -> {layout(bin)}

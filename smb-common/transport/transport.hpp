@@ -18,6 +18,7 @@
 //                    of which transport it is.
 //
 // Transports are listed, with their factories, in registry.hpp.
+#include "transport/channel_admission.hpp"
 #include "transport/completion.hpp"
 
 #include <smb/error.hpp>
@@ -130,8 +131,12 @@ class ServerTransport {
   // registered once).
   virtual std::unique_ptr<Registration> register_memory(void* base, std::size_t length) = 0;
   // Starts the progress thread; server-assisted ops resolve segments through
-  // `resolver`, and calls go to `calls`.
-  virtual void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning) = 0;
+  // `resolver`, and calls go to `calls`. Where `admission` is required, a
+  // channel that presented no ticket it admits gets nothing served:
+  // its calls and server-assisted ops are refused with permission_denied
+  // (or its connection is), and a channel whose session closed is dropped.
+  virtual void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning,
+                     ChannelAdmission admission) = 0;
   virtual void stop() = 0;
   // What it moved through the server's CPU; null for a transport whose
   // clients only use one-sided ops.
@@ -185,8 +190,13 @@ class ClientTransport {
   virtual ~ClientTransport() = default;
   virtual std::string name() const = 0;
   virtual const Bytes& address() const = 0;
-  // `peer` names the server in messages ("127.0.0.1:7000").
-  virtual std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer) = 0;
+  // `peer` names the server in messages ("127.0.0.1:7000"); `ticket` is
+  // what the server's hello reply gave this client's authenticated session
+  // (empty where the server asks for no secret): the channel presents it
+  // (ChannelAdmission), and connect fails with permission_denied where the
+  // server does not admit it.
+  virtual std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
+                                           std::span<const std::uint8_t> ticket) = 0;
   // Drives every channel's outstanding ops; safe from any thread.
   virtual void progress() = 0;
   // Forgets the ops of a completion that timed out, so that a late reply can

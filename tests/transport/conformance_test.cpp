@@ -3,8 +3,9 @@
 // UCX's uct tests drive each transport. What every transport must do:
 // put/get that land in the server's memory, atomics on it, calls that carry
 // frame and payload and bring the reply back, many calls at once
-// (back-pressure: credits, reply queues), and failing, not hanging, once
-// the server is gone. A transport that cannot run here is skipped, saying why.
+// (back-pressure: credits, reply queues), serving only channels that
+// present an admitted ticket, and failing, not hanging, once the server is
+// gone. A transport that cannot run here is skipped, saying why.
 #include "transport/registry.hpp"
 
 #include <gtest/gtest.h>
@@ -18,7 +19,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <numeric>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -102,9 +105,9 @@ class TransportConformance : public testing::TestWithParam<TransportCase> {
             respond(std::move(reply));
           }).detach();
         },
-        ServerTuning{});
+        ServerTuning{}, admission());
     client_ = make_client_transport(c.transport);
-    channel_ = client_->connect(server_->address(), peer_);
+    channel_ = client_->connect(server_->address(), peer_, kTicket);
     SegmentDescriptor d{kSegmentId, reinterpret_cast<std::uint64_t>(pool_.base), kPoolBytes,
                         segment_registration_->remote_key()};
     segment_ = channel_->attach(d);
@@ -144,6 +147,27 @@ class TransportConformance : public testing::TestWithParam<TransportCase> {
     ASSERT_NO_THROW(c->throw_if_failed()) << what;
   }
   std::uint64_t& word(std::size_t offset) { return *reinterpret_cast<std::uint64_t*>(pool_.base + offset); }
+
+  // The server admits channels that present a live ticket (as smbd's
+  // sessions' tickets): the fixture's channel presents kTicket.
+  static inline const Bytes kTicket = Bytes(kTicketLength, 0x5a);
+  ChannelAdmission admission() {
+    return {[this](std::span<const std::uint8_t> ticket) {
+              std::lock_guard lock(tickets_mutex_);
+              return live_.contains(Bytes(ticket.begin(), ticket.end()));
+            },
+            &revocations_};
+  }
+  void revoke(const Bytes& ticket) {
+    {
+      std::lock_guard lock(tickets_mutex_);
+      live_.erase(ticket);
+    }
+    revocations_.fetch_add(1);
+  }
+  std::mutex tickets_mutex_;
+  std::set<Bytes> live_{kTicket};
+  std::atomic<std::uint64_t> revocations_{0};
 
   Pool pool_;
   std::string peer_ = "127.0.0.1:0";
@@ -210,6 +234,55 @@ TEST_P(TransportConformance, CallsCarryFrameAndPayloadAndBringTheReplyBack) {
   EXPECT_EQ(sum, payload.size());
 }
 
+// A channel whose ticket the server does not admit gets nothing served:
+// refused at connect, or its calls refused; and a channel admitted once is
+// served no more after its ticket is revoked (its session closed).
+TEST_P(TransportConformance, OnlyChannelsWithAnAdmittedTicketAreServed) {
+  const std::vector<std::uint8_t> frame{1, 2, 3};
+  const auto refused = [&](const Bytes& ticket, const char* what) {
+    auto other = make_client_transport(GetParam().transport);
+    std::unique_ptr<Channel> channel;
+    try {
+      channel = other->connect(server_->address(), peer_, ticket);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::permission_denied) << what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("ticket"), std::string::npos) << e.what();
+      return;
+    }
+    Bytes reply;
+    auto call = expecting();
+    channel->call(frame, {}, &reply, call);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!call->done() && std::chrono::steady_clock::now() < deadline) other->progress();
+    ASSERT_TRUE(call->done()) << what << ": no answer";
+    try {
+      call->throw_if_failed();
+      ADD_FAILURE() << what << ": its call was served";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::permission_denied) << what << ": " << e.what();
+    }
+  };
+  refused(Bytes(kTicketLength, 0x77), "a wrong ticket");
+  refused(Bytes{}, "no ticket");
+  // The fixture's channel is served...
+  Bytes reply;
+  auto before = expecting();
+  channel_->call(frame, {}, &reply, before);
+  wait_ok(before, "an admitted channel's call");
+  // ...until its ticket is revoked.
+  revoke(kTicket);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  bool served = true;
+  while (served && std::chrono::steady_clock::now() < deadline) {
+    auto after = expecting();
+    channel_->call(frame, {}, &reply, after);
+    if (!wait(after, 5s)) break;
+    served = !after->failed();
+    if (served) std::this_thread::sleep_for(50ms);  // verbs drops it from its event loop
+  }
+  EXPECT_FALSE(served) << "a revoked channel was still served 5 s later";
+}
+
 // More calls than any credit window at once: the transport queues what it
 // cannot send yet, and every reply comes back to its own call.
 TEST_P(TransportConformance, ManyCallsAtOnceAllComeBack) {
@@ -266,7 +339,7 @@ TEST_P(TransportConformance, AClientForkedAfterRdmaUseIsToldWhy) {
   if (child == 0) {
     try {
       auto transport = make_client_transport("verbs");
-      transport->connect(server_->address(), peer_);
+      transport->connect(server_->address(), peer_, kTicket);
     } catch (const Error& e) {
       ::_exit(std::string(e.what()).find("fork") != std::string::npos ? 0 : 2);
     } catch (...) {

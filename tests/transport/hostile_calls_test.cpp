@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 
 namespace {
 
@@ -23,14 +24,17 @@ class HostileCallsTest : public testing::Test {
  protected:
   void SetUp() override {
     server_ = std::make_unique<test::SmbdProcess>();
-    test::RawConnection raw(server_->address());
-    raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::hello), 1,
-                                 {{"client", "hostile-calls"}, {"transport", "ucx"}}));
-    auto hello = raw.receive();
+    // Its session keeps the channel's ticket admitted (channel_admission.hpp).
+    hello_ = std::make_unique<test::RawConnection>(server_->address());
+    hello_->send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::hello), 1,
+                                     {{"client", "hostile-calls"}, {"transport", "ucx"}}));
+    auto hello = hello_->receive();
     ASSERT_TRUE(hello && hello->body.value("ok", false)) << server_->log();
     const auto& address = hello->body["address"].get_binary();
+    const auto& ticket = hello->body["ticket"].get_binary();
     transport_ = transport::make_client_transport("ucx");
-    channel_ = transport_->connect(Bytes(address.begin(), address.end()), server_->address());
+    channel_ = transport_->connect(Bytes(address.begin(), address.end()), server_->address(),
+                                   Bytes(ticket.begin(), ticket.end()));
   }
 
   // Sends one call and returns its fixed reply.
@@ -53,6 +57,7 @@ class HostileCallsTest : public testing::Test {
   }
 
   std::unique_ptr<test::SmbdProcess> server_;
+  std::unique_ptr<test::RawConnection> hello_;
   std::unique_ptr<transport::ClientTransport> transport_;
   std::unique_ptr<transport::Channel> channel_;
 };
@@ -189,6 +194,57 @@ TEST_F(HostileCallsTest, AtomicCallsAnswerTheOldWordInTheCopysOrder) {
   cut.insert(cut.end(), whole.begin() + kHeaderSize, whole.end() - 4);
   expect_refused(MessageType::atomic_call, cut, Errc::protocol, "a body cut short");
   EXPECT_EQ(call(MessageType::atomic_call, add(12, 56, 0)).old, 9u) << "refused calls changed nothing";
+}
+
+// A data channel is served only for an open control session: one that
+// presents no ticket (its owner learned the transport address some other
+// way) or whose session has closed gets permission_denied, on real smbd.
+TEST_F(HostileCallsTest, DataChannelsAreServedOnlyForOpenSessions) {
+  test::RawConnection raw(server_->address());
+  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::hello), 1, {{"client", "t"}, {"transport", "ucx"}}));
+  const auto hello = raw.receive();
+  ASSERT_TRUE(hello && hello->body.value("ok", false));
+  const auto& bytes = hello->body["address"].get_binary();
+  const Bytes address(bytes.begin(), bytes.end());
+  const auto version = encode_version_call(1, VersionCallKind::get, "nothing");
+  // What a version call on a fresh channel presenting `ticket` gets (or its connect).
+  const auto served_with = [&](const Bytes& ticket) {
+    auto transport = transport::make_client_transport("ucx");
+    try {
+      auto channel = transport->connect(address, server_->address(), ticket);
+      Bytes reply;
+      auto done = std::make_shared<transport::Completion>();
+      done->expect();
+      channel->call(version, {}, &reply, done);
+      for (auto until = std::chrono::steady_clock::now() + 10s; !done->done() && std::chrono::steady_clock::now() < until;)
+        transport->progress();
+      if (!done->done()) return Errc::timeout;
+      done->throw_if_failed();
+      return decode_fixed_reply(MessageType::version_call, reply).code;
+    } catch (const Error& e) {
+      return e.code();
+    }
+  };
+  EXPECT_EQ(served_with({}), Errc::permission_denied) << "a channel with no ticket";
+  EXPECT_EQ(served_with(Bytes(transport::kTicketLength, 1)), Errc::permission_denied) << "a made-up ticket";
+  const auto& ticket = hello->body["ticket"].get_binary();
+  EXPECT_EQ(served_with(Bytes(ticket.begin(), ticket.end())), Errc::not_found) << "an open session's ticket: served";
+  // The fixture's channel is served while its session is open...
+  EXPECT_EQ(call(MessageType::version_call, version).code, Errc::not_found) << "served (no such buffer)";
+  // ...and no longer once it closed.
+  hello_.reset();
+  FixedReply after;
+  for (auto until = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < until;) {
+    try {
+      after = call(MessageType::version_call, version);
+    } catch (const Error& e) {
+      after.code = e.code();
+    }
+    if (after.code == Errc::permission_denied) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(after.code, Errc::permission_denied) << "a closed session's channel was still served";
+  ASSERT_TRUE(server_->running());
 }
 
 }  // namespace

@@ -116,8 +116,9 @@ UcxClientTransport::UcxClientTransport(DataProtocol protocol)
 
 UcxClientTransport::~UcxClientTransport() = default;
 
-std::unique_ptr<Channel> UcxClientTransport::connect(const Bytes& server_address, const std::string& peer) {
-  return std::make_unique<UcxChannel>(*this, server_address, peer, protocol_);
+std::unique_ptr<Channel> UcxClientTransport::connect(const Bytes& server_address, const std::string& peer,
+                                                     std::span<const std::uint8_t> ticket) {
+  return std::make_unique<UcxChannel>(*this, server_address, peer, protocol_, ticket);
 }
 
 void UcxClientTransport::progress() {
@@ -411,7 +412,7 @@ Lanes lanes_of(ucp_ep_h ep) {
 //  3. else (TCP) the "am" protocol on the first endpoint: UCX only emulates
 //     RMA over TCP, a round trip per fragment, while active messages stream.
 UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_address, std::string peer,
-                       DataProtocol protocol)
+                       DataProtocol protocol, std::span<const std::uint8_t> ticket)
     : transport_(transport), peer_(std::move(peer)), peer_name_(std::make_shared<const std::string>(peer_)) {
   std::lock_guard lock(transport_.mutex_);
   ucp_worker_h worker = transport_.worker_.get();
@@ -444,32 +445,38 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
   shared_memory_rma_ = !use_am_ && lanes.native_rma();
   am_atomics_ = use_am_ || !lanes.native_amo();
   lanes_ = lanes.summary();
-  if (!peer_failure_detected_) wire_up_replies();
+  if (!peer_failure_detected_ || !ticket.empty()) wire_up_replies(ticket);
   spdlog::debug("libsmb: server {} via {}", peer_, describe());
 }
 
 // Over shared memory the server has no way back to this worker until its
 // first reply makes UCX connect back, which reconfigures this endpoint: with
 // puts in flight on it that stalled them for seconds (UCX 1.13). So a ping
-// makes that happen now, before any data op. Under the transport lock.
-void UcxChannel::wire_up_replies() {
+// makes that happen now, before any data op; it carries the session's
+// ticket, without which the server serves nothing here. Under the transport
+// lock.
+void UcxChannel::wire_up_replies(std::span<const std::uint8_t> ticket) {
   auto done = std::make_shared<Completion>();
   done->expect();
   const std::uint64_t token = transport_.pending_.add(UcxClientTransport::PendingAm{done, this, nullptr, 0, "ping"});
   const AmPingHeader header{token};
-  send_request(kAmPing, &header, sizeof header, nullptr, 0, token, done, "ping");
+  send_request(kAmPing, &header, sizeof header, ticket.empty() ? nullptr : ticket.data(), ticket.size(), token, done,
+               "ping");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!done->done() && std::chrono::steady_clock::now() < deadline) ucp_worker_progress(transport_.worker_.get());
   if (!done->done()) {
     transport_.pending_.forget(*done);
     close_endpoint(transport_.worker_.get(), ep_, true);
-    throw Error(Errc::timeout, "server " + peer_ + ": no answer over shared memory within 10 s (is smbd alive?)");
+    throw Error(Errc::timeout, "server " + peer_ + ": no answer on the data channel within 10 s (is smbd alive?)");
   }
   try {
     done->throw_if_failed();
   } catch (const Error& e) {
     close_endpoint(transport_.worker_.get(), ep_, true);
-    throw Error(e.code(), "server " + peer_ + ": wiring up shared memory: " + e.what());
+    if (e.code() == Errc::permission_denied)
+      throw Error(e.code(), "server " + peer_ + ": refused this client's data channel: its session's ticket is not "
+                                                "admitted (the control session closed?): " + e.what());
+    throw Error(e.code(), "server " + peer_ + ": wiring up the data channel: " + e.what());
   }
 }
 

@@ -39,7 +39,8 @@ class UcxClientTransport final : public ClientTransport {
 
   std::string name() const override { return "ucx"; }
   const Bytes& address() const override { return address_; }
-  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer) override;
+  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
+                                   std::span<const std::uint8_t> ticket) override;
   void progress() override;
   void abandon(const Completion& completion) override;
   // UCX registers (and caches) caller memory itself.
@@ -144,7 +145,7 @@ class UcxRemoteSegment final : public RemoteSegment {
 class UcxChannel final : public Channel {
  public:
   UcxChannel(UcxClientTransport& transport, const Bytes& server_address, std::string peer,
-             DataProtocol protocol);
+             DataProtocol protocol, std::span<const std::uint8_t> ticket);
   ~UcxChannel() override;
 
   std::string describe() const override;
@@ -188,7 +189,10 @@ class UcxChannel final : public Channel {
   // 1.13 gives no peer-failure detection: the control connection tells
   // instead (ServerLink::check_alive).
   ucp_ep_h ep_ = nullptr;
-  void wire_up_replies();
+  // A ping that wires up the server's way back (shared memory) and
+  // presents the session's ticket (ChannelAdmission); throws where the
+  // server does not answer or refuses the ticket.
+  void wire_up_replies(std::span<const std::uint8_t> ticket);
 
   // Credits (reply_queue.hpp): at most kCallCredits requests that the
   // server answers (calls, and reads, writes and atomics through the server

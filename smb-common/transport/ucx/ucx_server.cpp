@@ -140,10 +140,12 @@ std::unique_ptr<Registration> UcxServerTransport::register_memory(void* base, st
   return std::make_unique<UcxSegmentRegistration>(*pool_key_);
 }
 
-void UcxServerTransport::start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning) {
+void UcxServerTransport::start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning,
+                               ChannelAdmission admission) {
   resolver_ = std::move(resolver);
   calls_ = std::move(calls);
   tuning_ = tuning;
+  admission_ = std::move(admission);
   thread_.start([this](const std::stop_token& stop) { progress_loop(stop); });
 }
 
@@ -169,6 +171,7 @@ void UcxServerTransport::progress_loop(const std::stop_token& stop) {
     // After progress: the calls it ran queued their replies without waking
     // this thread (it is this thread), so they must go before it sleeps.
     worked |= send_queued_replies();
+    if (revoked_since(admission_, revocations_seen_)) forget_revoked();
     if (!idle.may_sleep(worked)) continue;
     ucs_status_t status = ucp_worker_arm(worker_.get());
     if (status == UCS_ERR_BUSY) continue;
@@ -205,6 +208,10 @@ ucs_status_t UcxServerTransport::on_call(void* arg, const void* header, std::siz
     self->send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
     return UCS_OK;
   }
+  if (!self->admitted(param)) {
+    self->send_reply(param->reply_ep, h->token, Errc::permission_denied, nullptr, 0, {});
+    return UCS_OK;
+  }
   auto parts = rndv ? std::nullopt
                     : split_call({static_cast<const std::uint8_t*>(data), length}, h->frame_length);
   if (!parts) {
@@ -228,7 +235,10 @@ ucs_status_t UcxServerTransport::on_write(void* arg, const void* header, std::si
   const AmRequestHeader h = parsed.value_or(AmRequestHeader{});
   Errc check = Errc::protocol;
   SegmentAccess access;
-  if (parsed) check = h.length != length ? Errc::protocol : check_request(self->resolver_, h, access);
+  if (parsed)
+    check = h.length != length         ? Errc::protocol
+            : !self->admitted(param)   ? Errc::permission_denied
+                                       : check_request(self->resolver_, h, access);
   if (check != Errc::ok || !can_reply) {
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
     if (can_reply) self->send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
@@ -275,13 +285,36 @@ bool UcxServerTransport::take_header(const void* header, std::size_t header_leng
   return true;
 }
 
+// A ping wires up the way back to the client; one that carries a ticket
+// also admits the client's channel (channel_admission.hpp), or says why not.
 ucs_status_t UcxServerTransport::on_ping(void* arg, const void* header, std::size_t header_length, void* data,
-                                         std::size_t /*length*/, const ucp_am_recv_param_t* param) {
+                                         std::size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxServerTransport*>(arg);
+  const bool eager = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
+  std::optional<AdmittedTicket> presented;
+  if (eager && length != 0) presented.emplace(std::span(static_cast<const std::uint8_t*>(data), length));
   AmPingHeader h{};
-  if (self->take_header(header, header_length, data, param, h))
-    self->send_reply(param->reply_ep, h.token, Errc::ok, nullptr, 0, {});
+  if (!self->take_header(header, header_length, data, param, h)) return UCS_OK;
+  if (presented) self->admitted_[param->reply_ep] = std::move(*presented);
+  const bool ok = !presented || self->admitted(param);
+  self->send_reply(param->reply_ep, h.token, ok ? Errc::ok : Errc::permission_denied, nullptr, 0, {});
   return UCS_OK;
+}
+
+// Sessions closed: their channels' entries go (so departed clients leave nothing here).
+void UcxServerTransport::forget_revoked() {
+  for (auto it = admitted_.begin(); it != admitted_.end();)
+    it = it->second.admitted(admission_) ? std::next(it) : admitted_.erase(it);
+}
+
+bool UcxServerTransport::admitted(const ucp_am_recv_param_t* param) {
+  if (!admission_.required()) return true;
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return false;
+  auto it = admitted_.find(param->reply_ep);
+  if (it == admitted_.end()) return false;
+  if (it->second.admitted(admission_)) return true;
+  admitted_.erase(it);  // its session closed, or it never had one
+  return false;
 }
 
 ucs_status_t UcxServerTransport::on_read(void* arg, const void* header, std::size_t header_length,
@@ -303,7 +336,7 @@ void UcxServerTransport::serve_read(const void* header, std::size_t header_lengt
   AmRequestHeader h{};
   if (!take_header(header, header_length, data, param, h)) return;
   SegmentAccess access;
-  Errc check = check_request(resolver_, h, access);
+  const Errc check = admitted(param) ? check_request(resolver_, h, access) : Errc::permission_denied;
   if (check != Errc::ok) {
     send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
     return;
@@ -325,7 +358,7 @@ ucs_status_t UcxServerTransport::on_atomic(void* arg, const void* header, std::s
   if (!self->take_header(header, header_length, data, param, h)) return UCS_OK;
   SegmentAccess access;
   const AtomicRequest request = atomic_request(h);
-  const Errc check = check_atomic(self->resolver_, request, access);
+  const Errc check = self->admitted(param) ? check_atomic(self->resolver_, request, access) : Errc::permission_denied;
   if (check != Errc::ok) {
     self->send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
     return UCS_OK;

@@ -8,6 +8,7 @@
 #include "util/service_thread.hpp"
 
 #include <map>
+#include <unordered_map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -48,7 +49,8 @@ class UcxServerTransport final : public ServerTransport {
   const Bytes& address() const override { return address_; }
   std::unique_ptr<Registration> register_pool(void* base, std::size_t length) override;
   std::unique_ptr<Registration> register_memory(void* base, std::size_t length) override;
-  void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning) override;
+  void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning,
+             ChannelAdmission admission) override;
   void stop() override;
   const ServerTraffic* traffic() const override { return &traffic_; }
 
@@ -80,6 +82,10 @@ class UcxServerTransport final : public ServerTransport {
   static void reply_sent(void* request, ucs_status_t status, void* user_data);
   static void write_received(void* request, ucs_status_t status, std::size_t length, void* user_data);
   void set_handler(unsigned id, ucp_am_recv_callback_t callback);
+  // Whether the sender's channel presented a ticket admitted now (its ping,
+  // channel_admission.hpp); the progress thread's.
+  bool admitted(const ucp_am_recv_param_t* param);
+  void forget_revoked();
 
   ContextPtr context_;
   const Bytes* pool_key_ = nullptr;  // owned by the pool's registration
@@ -90,6 +96,11 @@ class UcxServerTransport final : public ServerTransport {
   SegmentResolver resolver_;
   CallHandler calls_;
   ServerTuning tuning_;
+  ChannelAdmission admission_;
+  // The tickets client workers' channels presented, by the endpoint that
+  // answers them (one per client worker); the progress thread's.
+  std::unordered_map<ucp_ep_h, AdmittedTicket> admitted_;
+  std::uint64_t revocations_seen_ = 0;
   // Call replies come from other threads; the progress thread sends them.
   ReplyQueue<ucp_ep_h> replies_{[this] { thread_.wake(); }};
   // Replies handed to UCX and not yet completed, per client endpoint (the

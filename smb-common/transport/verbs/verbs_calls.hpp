@@ -17,5 +17,9 @@ inline constexpr std::size_t kCallMessage = 128 * 1024;  // a call's SEND, heade
 inline constexpr std::size_t kReplyMessage = 8 * 1024;   // a reply's SEND, header included
 // Room a call leaves for its frame (a vector op's fields; x goes in the payload).
 inline constexpr std::size_t kCallFrameRoom = 4 * 1024;
+// The session's ticket (channel_admission.hpp) travels as the connect
+// request's private data; a server that does not admit it rejects the
+// connection with this private data, so the client can say why.
+inline constexpr char kNotAdmitted[] = "smb: ticket not admitted";
 
 }  // namespace smb::transport::verbs

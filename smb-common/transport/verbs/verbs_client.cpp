@@ -51,6 +51,10 @@ void expect_event(rdma_event_channel* channel, rdma_cm_event_type expected, cons
       throw Error(Errc::unreachable, where + "rdma_cm found no route: check the interface's IP "
                                              "configuration and that the port is up");
     case RDMA_CM_EVENT_REJECTED:
+      if (event->param.conn.private_data_len >= sizeof kNotAdmitted &&
+          std::memcmp(event->param.conn.private_data, kNotAdmitted, sizeof kNotAdmitted) == 0)
+        throw Error(Errc::permission_denied, where + "refused this client's data channel: its session's ticket "
+                                                     "is not admitted (the control session closed?)");
       throw Error(Errc::unreachable, where + "the RDMA connection was rejected (status " +
                                              std::to_string(event->status) +
                                              "): is smbd running with --transport verbs, on the "
@@ -76,8 +80,9 @@ Errc errc_of(ibv_wc_status status) {
 VerbsClientTransport::VerbsClientTransport() = default;
 VerbsClientTransport::~VerbsClientTransport() = default;
 
-std::unique_ptr<Channel> VerbsClientTransport::connect(const Bytes& server_address, const std::string& peer) {
-  return std::make_unique<VerbsChannel>(*this, decode_address(server_address, peer), peer);
+std::unique_ptr<Channel> VerbsClientTransport::connect(const Bytes& server_address, const std::string& peer,
+                                                       std::span<const std::uint8_t> ticket) {
+  return std::make_unique<VerbsChannel>(*this, decode_address(server_address, peer), peer, ticket);
 }
 
 void VerbsClientTransport::progress() {
@@ -121,7 +126,8 @@ void VerbsClientTransport::unregister_memory(std::uint64_t handle) {
 
 // ---------------------------------------------------------------- channel
 
-VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, std::string peer)
+VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, std::string peer,
+                           std::span<const std::uint8_t> ticket)
     : transport_(transport), peer_(std::move(peer)) {
   const std::string where = "server " + peer_;
   events_ = make_event_channel("libsmb");
@@ -175,6 +181,8 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
   // Retries before a silent server fails ops with server_gone (~7 x 67 ms on timeout 14).
   param.retry_count = 7;
   param.rnr_retry_count = 7;
+  param.private_data = ticket.empty() ? nullptr : ticket.data();
+  param.private_data_len = static_cast<std::uint8_t>(ticket.size());
   if (rdma_connect(id_.get(), &param) != 0) throw_errno(where + ": rdma_connect", errno);
   expect_event(events_.get(), RDMA_CM_EVENT_ESTABLISHED, peer_);
 

@@ -37,7 +37,8 @@ class VerbsClientTransport final : public ClientTransport {
 
   std::string name() const override { return "verbs"; }
   const Bytes& address() const override { return address_; }
-  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer) override;
+  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
+                                   std::span<const std::uint8_t> ticket) override;
   void progress() override;
   void abandon(const Completion& completion) override;
   // Registers the region with every channel's protection domain, now and
@@ -72,7 +73,9 @@ class VerbsRemoteSegment final : public RemoteSegment {
 
 class VerbsChannel final : public Channel {
  public:
-  VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, std::string peer);
+  // `ticket`: the session's (ChannelAdmission), sent with the connect request.
+  VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, std::string peer,
+               std::span<const std::uint8_t> ticket);
   ~VerbsChannel() override;
 
   std::string describe() const override;

@@ -32,6 +32,8 @@ struct VerbsServerTransport::Connection {
   std::deque<std::pair<std::uint64_t, Bytes>> waiting;  // replies waiting for a send slot
   ReplyBacklog backlog;  // waiting and posted replies, bounded (reply_queue.hpp)
   IdPtr id;
+  AdmittedTicket ticket;  // what its connect request presented
+  bool dropped = false;   // disconnected for a closed session; rdma_cm ends it
 
   std::byte* receive(std::uint32_t slot) { return receives.data() + std::size_t{slot} * kCallMessage; }
   bool repost(std::uint32_t slot) {
@@ -72,10 +74,12 @@ std::unique_ptr<Registration> VerbsServerTransport::register_memory(void* base, 
   return std::make_unique<VerbsRegistration>(pd_.get(), base, length);
 }
 
-void VerbsServerTransport::start(SegmentResolver /*resolver*/, CallHandler calls, const ServerTuning& tuning) {
+void VerbsServerTransport::start(SegmentResolver /*resolver*/, CallHandler calls, const ServerTuning& tuning,
+                                 ChannelAdmission admission) {
   // Data ops are one-sided: nothing resolves segments on the server.
   calls_ = std::move(calls);
   tuning_ = tuning;
+  admission_ = std::move(admission);
   thread_.start([this](const std::stop_token& stop) { event_loop(stop); });
 }
 
@@ -119,6 +123,7 @@ void VerbsServerTransport::event_loop(const std::stop_token& stop) {
       for (auto& [id, connection] : connections_) worked |= poll_connection(*connection);
     if (fds[2].revents & POLLIN) thread_.clear_wake();
     worked |= send_replies();
+    if (revoked_since(admission_, revocations_seen_)) drop_revoked();
   }
 }
 
@@ -243,6 +248,18 @@ void VerbsServerTransport::on_event(const rdma_cm_event& event) {
   }
 }
 
+// A session closed: its connections are disconnected, so that nothing --
+// not even a one-sided op with a key it still holds -- reaches memory
+// through them any more.
+void VerbsServerTransport::drop_revoked() {
+  for (auto& [id, c] : connections_)
+    if (!c->dropped && !c->ticket.admitted(admission_)) {
+      c->dropped = true;
+      spdlog::info("verbs: disconnecting a client whose control session closed");
+      rdma_disconnect(id);
+    }
+}
+
 void VerbsServerTransport::accept(rdma_cm_id* id, const rdma_conn_param& requested) {
   IdPtr owned(id);  // rejected or not, this id is ours to destroy
   if (id->verbs != context_) {
@@ -251,7 +268,19 @@ void VerbsServerTransport::accept(rdma_cm_id* id, const rdma_conn_param& request
     rdma_reject(id, nullptr, 0);
     return;
   }
+  // rdma_cm may pad the private data: the ticket is its first kTicketLength bytes.
+  const auto* presented = static_cast<const std::uint8_t*>(requested.private_data);
+  AdmittedTicket ticket(requested.private_data_len >= kTicketLength && presented != nullptr
+                            ? std::span(presented, kTicketLength)
+                            : std::span<const std::uint8_t>());
+  if (!ticket.admitted(admission_)) {
+    spdlog::warn("verbs: refusing a connection whose ticket no open control session was given "
+                 "(a client that did not authenticate, or whose session closed)");
+    rdma_reject(id, kNotAdmitted, sizeof kNotAdmitted);
+    return;
+  }
   auto c = std::make_shared<Connection>();
+  c->ticket = std::move(ticket);
   c->cq = make_cq(context_, static_cast<int>(kCallCredits + kReplyDepth), "smbd", completions_.get(), c.get());
   create_qp(id, pd_.get(), c->cq.get(), kReplyDepth, kCallCredits, "smbd");
   c->id = std::move(owned);

@@ -38,7 +38,8 @@ class VerbsServerTransport final : public ServerTransport {
   // Per segment: an rkey reaches its own segment only, over the network.
   std::unique_ptr<Registration> register_pool(void*, std::size_t) override { return nullptr; }
   std::unique_ptr<Registration> register_memory(void* base, std::size_t length) override;
-  void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning) override;
+  void start(SegmentResolver resolver, CallHandler calls, const ServerTuning& tuning,
+             ChannelAdmission admission) override;
   void stop() override;
 
  private:
@@ -47,6 +48,7 @@ class VerbsServerTransport final : public ServerTransport {
   void event_loop(const std::stop_token& stop);
   void on_event(const rdma_cm_event& event);
   void accept(rdma_cm_id* id, const rdma_conn_param& requested);
+  void drop_revoked();  // disconnects the connections whose session closed
   bool poll_connection(Connection& c);  // true when it took any completion
   void on_call(Connection& c, std::uint32_t slot, std::size_t length);
   bool send_replies();  // true when there were any
@@ -65,6 +67,8 @@ class VerbsServerTransport final : public ServerTransport {
   Bytes address_;
   CallHandler calls_;
   ServerTuning tuning_;
+  ChannelAdmission admission_;
+  std::uint64_t revocations_seen_ = 0;
   // Replies come from other threads; the thread sends them.
   ReplyQueue<std::weak_ptr<Connection>> replies_{[this] { thread_.wake(); }};
   util::ServiceThread thread_;  // last: stopped before the members its loop uses go

@@ -1,0 +1,61 @@
+#pragma once
+// Which clients' channels a server serves (smbd with a shared secret,
+// docs/reliability.md "Authentication"). A client's channel presents, as it
+// connects, the ticket its authenticated control session was given in the
+// hello reply; a transport serves nothing on a channel whose ticket it was
+// not given by an open session: every transport keeps the same small state
+// per channel (AdmittedTicket).
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace smb::transport {
+
+// A ticket is this long (random bytes, protocol::make_challenge).
+inline constexpr std::size_t kTicketLength = 32;
+
+// `admits` says whether a ticket belongs to a session still open (and is
+// thread-safe); each closed session advances `revocations`, so that a
+// transport checks the channels it admitted again. Without `admits` (no
+// secret) every channel is served.
+struct ChannelAdmission {
+  std::function<bool(std::span<const std::uint8_t> ticket)> admits;
+  const std::atomic<std::uint64_t>* revocations = nullptr;
+  bool required() const { return static_cast<bool>(admits); }
+};
+
+// Whether a session closed since `seen` (which it then advances): a
+// transport's cue to drop the channels it admitted for that session.
+inline bool revoked_since(const ChannelAdmission& admission, std::uint64_t& seen) {
+  if (admission.revocations == nullptr) return false;
+  const std::uint64_t now = admission.revocations->load(std::memory_order_acquire);
+  if (now == seen) return false;
+  seen = now;
+  return true;
+}
+
+// The ticket a channel presented, checked again only after a session closed.
+class AdmittedTicket {
+ public:
+  AdmittedTicket() = default;
+  explicit AdmittedTicket(std::span<const std::uint8_t> ticket) : ticket_(ticket.begin(), ticket.end()) {}
+  // Whether `admission` admits this channel now.
+  bool admitted(const ChannelAdmission& admission) {
+    if (!admission.required()) return true;
+    const std::uint64_t now = admission.revocations != nullptr ? admission.revocations->load(std::memory_order_acquire) : 0;
+    if (checked_ && now == checked_at_) return true;
+    checked_ = admission.admits(ticket_);
+    checked_at_ = now;
+    return checked_;
+  }
+
+ private:
+  std::vector<std::uint8_t> ticket_;
+  std::uint64_t checked_at_ = 0;
+  bool checked_ = false;
+};
+
+}  // namespace smb::transport
