@@ -42,6 +42,41 @@ void check_name_length(std::uint64_t length, const char* call, std::size_t most 
     bad(Errc::invalid_argument, "a buffer name must have 1 to " + std::to_string(most) + " bytes", call);
 }
 
+// version_call and atomic_call: kind u8 | 0 u8 | name_length u16 | 0 u32,
+// their fields, then the segment name at `fixed`.
+Bytes kind_and_name_frame(std::uint16_t type, const char* call, std::uint32_t request_id, std::uint8_t kind,
+                          std::string_view name, std::size_t fixed) {
+  if (name.empty() || name.size() > kMaxSegmentNameLength)
+    throw Error(Errc::invalid_argument, std::string(call) + ": a segment name must have 1 to " +
+                                            std::to_string(kMaxSegmentNameLength) + " bytes");
+  Bytes frame = frame_with_body(type, request_id, fixed + name.size());
+  std::uint8_t* b = frame.data() + kHeaderSize;
+  put_le(b, kind, 1);
+  put_le(b + 1, 0, 1);
+  put_le(b + 2, name.size(), 2);
+  put_le(b + 4, 0, 4);
+  std::memcpy(b + fixed, name.data(), name.size());
+  return frame;
+}
+
+struct KindAndName {
+  std::uint64_t kind = 0;
+  std::string name;
+};
+
+// The same, read back: every length and reserved field checked.
+KindAndName read_kind_and_name(std::span<const std::uint8_t> body, std::size_t fixed, const char* call) {
+  if (body.size() < fixed)
+    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes is shorter than its fixed part", call);
+  const std::uint8_t* b = body.data();
+  const auto name_length = get_le(b + 2, 2);
+  if (get_le(b + 1, 1) != 0 || get_le(b + 4, 4) != 0) bad(Errc::protocol, "reserved field is not zero", call);
+  if (body.size() != fixed + name_length)
+    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name length", call);
+  check_name_length(name_length, call, kMaxSegmentNameLength);
+  return {get_le(b, 1), std::string(reinterpret_cast<const char*>(b + fixed), name_length)};
+}
+
 }  // namespace
 
 Bytes encode_vector_call(std::uint32_t request_id, VectorOp op, DType type, std::uint64_t offset, std::uint64_t count,
@@ -100,39 +135,24 @@ VectorCall decode_vector_call(std::span<const std::uint8_t> body) {
 
 Bytes encode_version_call(std::uint32_t request_id, VersionCallKind kind, std::string_view name,
                           std::uint64_t version, std::uint64_t timeout_ms) {
-  if (name.empty() || name.size() > kMaxSegmentNameLength)
-    throw Error(Errc::invalid_argument, "version_call: a segment name must have 1 to " +
-                                            std::to_string(kMaxSegmentNameLength) + " bytes");
-  Bytes frame = frame_with_body(kVersionType, request_id, kVersionCallFixedSize + name.size());
+  Bytes frame = kind_and_name_frame(kVersionType, "version_call", request_id, static_cast<std::uint8_t>(kind), name,
+                                    kVersionCallFixedSize);
   std::uint8_t* b = frame.data() + kHeaderSize;
-  put_le(b, static_cast<std::uint8_t>(kind), 1);
-  put_le(b + 1, 0, 1);
-  put_le(b + 2, name.size(), 2);
-  put_le(b + 4, 0, 4);
   put_le(b + 8, version, 8);
   put_le(b + 16, timeout_ms, 8);
-  std::memcpy(b + kVersionCallFixedSize, name.data(), name.size());
   return frame;
 }
 
 VersionCall decode_version_call(std::span<const std::uint8_t> body) {
   constexpr const char* kCall = "version_call";
-  if (body.size() < kVersionCallFixedSize)
-    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes is shorter than its fixed part", kCall);
-  const std::uint8_t* b = body.data();
-  const auto kind = get_le(b, 1);
-  const auto name_length = get_le(b + 2, 2);
-  if (get_le(b + 1, 1) != 0 || get_le(b + 4, 4) != 0) bad(Errc::protocol, "reserved field is not zero", kCall);
-  if (body.size() != kVersionCallFixedSize + name_length)
-    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name length", kCall);
-  check_name_length(name_length, kCall, kMaxSegmentNameLength);
+  auto [kind, name] = read_kind_and_name(body, kVersionCallFixedSize, kCall);
   if (kind != static_cast<std::uint64_t>(VersionCallKind::get) && kind != static_cast<std::uint64_t>(VersionCallKind::wait))
     bad(Errc::invalid_argument, "unknown kind " + std::to_string(kind), kCall);
   VersionCall call;
   call.kind = static_cast<VersionCallKind>(kind);
-  call.version = get_le(b + 8, 8);
-  call.timeout_ms = get_le(b + 16, 8);
-  call.name.assign(reinterpret_cast<const char*>(b + kVersionCallFixedSize), name_length);
+  call.version = get_le(body.data() + 8, 8);
+  call.timeout_ms = get_le(body.data() + 16, 8);
+  call.name = std::move(name);
   return call;
 }
 
@@ -173,44 +193,30 @@ BarrierCall decode_barrier_call(std::span<const std::uint8_t> body) {
 
 Bytes encode_atomic_call(std::uint32_t request_id, AtomicKind kind, std::string_view name, std::uint64_t offset,
                          std::uint64_t operand, std::uint64_t desired, std::uint64_t order) {
-  if (name.empty() || name.size() > kMaxSegmentNameLength)
-    throw Error(Errc::invalid_argument, "atomic_call: a segment name must have 1 to " +
-                                            std::to_string(kMaxSegmentNameLength) + " bytes");
-  Bytes frame = frame_with_body(kAtomicType, request_id, kAtomicCallFixedSize + name.size());
+  Bytes frame = kind_and_name_frame(kAtomicType, "atomic_call", request_id, static_cast<std::uint8_t>(kind), name,
+                                    kAtomicCallFixedSize);
   std::uint8_t* b = frame.data() + kHeaderSize;
-  put_le(b, static_cast<std::uint8_t>(kind), 1);
-  put_le(b + 1, 0, 1);
-  put_le(b + 2, name.size(), 2);
-  put_le(b + 4, 0, 4);
   put_le(b + 8, offset, 8);
   put_le(b + 16, operand, 8);
   put_le(b + 24, desired, 8);
   put_le(b + 32, order, 8);
-  std::memcpy(b + kAtomicCallFixedSize, name.data(), name.size());
   return frame;
 }
 
 AtomicCall decode_atomic_call(std::span<const std::uint8_t> body) {
   constexpr const char* kCall = "atomic_call";
-  if (body.size() < kAtomicCallFixedSize)
-    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes is shorter than its fixed part", kCall);
-  const std::uint8_t* b = body.data();
-  const auto kind = get_le(b, 1);
-  const auto name_length = get_le(b + 2, 2);
-  if (get_le(b + 1, 1) != 0 || get_le(b + 4, 4) != 0) bad(Errc::protocol, "reserved field is not zero", kCall);
-  if (body.size() != kAtomicCallFixedSize + name_length)
-    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name length", kCall);
-  check_name_length(name_length, kCall, kMaxSegmentNameLength);
+  auto [kind, name] = read_kind_and_name(body, kAtomicCallFixedSize, kCall);
   if (kind != static_cast<std::uint64_t>(AtomicKind::fetch_add) &&
       kind != static_cast<std::uint64_t>(AtomicKind::compare_swap))
     bad(Errc::invalid_argument, "unknown kind " + std::to_string(kind), kCall);
+  const std::uint8_t* b = body.data();
   AtomicCall call;
   call.kind = static_cast<AtomicKind>(kind);
   call.offset = get_le(b + 8, 8);
   call.operand = get_le(b + 16, 8);
   call.desired = get_le(b + 24, 8);
   call.order = get_le(b + 32, 8);
-  call.name.assign(reinterpret_cast<const char*>(b + kAtomicCallFixedSize), name_length);
+  call.name = std::move(name);
   return call;
 }
 
