@@ -12,6 +12,8 @@
 #include "client_core.hpp"
 #include "server_calls.hpp"
 
+#include <algorithm>
+
 namespace smb {
 
 std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std::vector<std::uint32_t>& positions,
@@ -75,12 +77,12 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
       // Applied in the same place of the same order, an atomic finds the same
       // word: one that did not was changed apart from the ordered ops (a
       // write racing them on the same bytes), and this copy has diverged.
-      for (std::size_t k = 0; k < replies.size(); ++k)
-        if (replies[k].old != first->replies[k].old)
-          mark_stale(run.replica, server,
-                     "its word differed from copy 0's at the same place in their order (a write raced the " +
-                         std::string(op) + " on the same bytes)",
-                     true);
+      const bool diverged = !std::equal(replies.begin(), replies.end(), first->replies.begin(),
+                                        [](const auto& mine, const auto& first_copy) { return mine.old == first_copy.old; });
+      if (diverged)
+        mark_stale(run.replica, server,
+                   "its word differed from copy 0's at the same place in their order (a write raced the " + std::string(op) +
+                       " on the same bytes)", true);
     } catch (const Error& e) {
       if ((e.code() == Errc::already_exists || e.code() == Errc::timeout) && !primary_answers(run.position)) {
         // Copy 0 died after it answered: ops of clients that saw it die took

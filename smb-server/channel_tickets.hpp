@@ -1,9 +1,9 @@
 #pragma once
 // The tickets that bind clients' data channels to their authenticated
-// control sessions (transport/channel_admission.hpp): a session that proved
-// it holds the secret gets one in its hello reply, its channels present it
-// to the transport, and it is revoked when the session closes. Only with a
-// secret (smbd --auth-token-file); thread-safe.
+// control sessions (transport/channel_admission.hpp): every greeted session
+// (with --auth-token-file: one that proved the secret) gets one in its hello
+// reply, its channels present it to the transport, and it is revoked when
+// the session closes. Thread-safe.
 #include "registry.hpp"
 #include "transport/channel_admission.hpp"
 

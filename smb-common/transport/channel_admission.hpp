@@ -1,7 +1,7 @@
 #pragma once
-// Which clients' channels a server serves (smbd with a shared secret,
-// docs/reliability.md "Authentication"). A client's channel presents, as it
-// connects, the ticket its authenticated control session was given in the
+// Which clients' channels a server serves (smbd: only those of open control
+// sessions, docs/reliability.md "Authentication"). A client's channel presents,
+// as it connects, the ticket its control session (proven, with a secret) got in the
 // hello reply; a transport serves nothing on a channel whose ticket it was
 // not given by an open session: every transport keeps the same small state
 // per channel (AdmittedTicket).
@@ -19,8 +19,8 @@ inline constexpr std::size_t kTicketLength = 32;
 
 // `admits` says whether a ticket belongs to a session still open (and is
 // thread-safe); each closed session advances `revocations`, so that a
-// transport checks the channels it admitted again. Without `admits` (no
-// secret) every channel is served.
+// transport checks the channels it admitted again. Without `admits` every
+// channel is served (a server embedded in a test; smbd always sets it).
 struct ChannelAdmission {
   std::function<bool(std::span<const std::uint8_t> ticket)> admits;
   const std::atomic<std::uint64_t>* revocations = nullptr;

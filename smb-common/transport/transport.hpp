@@ -192,7 +192,7 @@ class ClientTransport {
   virtual const Bytes& address() const = 0;
   // `peer` names the server in messages ("127.0.0.1:7000"); `ticket` is
   // what the server's hello reply gave this client's authenticated session
-  // (empty where the server asks for no secret): the channel presents it
+  // (empty for a server that admits every channel): the channel presents it
   // (ChannelAdmission), and connect fails with permission_denied where the
   // server does not admit it.
   virtual std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
