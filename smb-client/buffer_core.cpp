@@ -216,7 +216,7 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
 
 void BufferCore::close() {
   std::call_once(closed_, [this] {
-    if (!held_at_.empty()) client_->release_held(this, layout_.name, held_at_);
+    if (replicas() > 1) client_->release_held(this, layout_.name);
     for (std::uint32_t r = 0; r < replicas(); ++r)
       for (std::uint32_t s = 0; s < server_count(); ++s) {
         auto& held = segments_[std::size_t{r} * server_count() + s];
@@ -245,14 +245,25 @@ void BufferCore::mark_stale(std::uint32_t replica, std::uint32_t server, const s
                layout_.servers[server], why);
   // A server that only seemed lost (a timeout, a partition) keeps a copy
   // that missed this op: every client must leave it, not only this one.
+  bool recorded = false;
   try {
-    if (!client_->record_stale(layout_.name, {replica, server}, why)) {
-      std::lock_guard lock(stale_mutex_);
-      unrecorded_.insert({replica, server});
-    }
+    recorded = client_->record_stale(layout_.name, {replica, server}, why);
   } catch (const Error& e) {
     if (lives) throw Error(e.code(), "buffer '" + layout_.name + "': its copies diverged: " + e.what());
   }
+  if (recorded) return;
+  {
+    std::lock_guard lock(stale_mutex_);
+    unrecorded_.insert({replica, server});
+  }
+  // Were the op acknowledged now, a later read or repair could choose the
+  // copy that lacks it (nobody else knows it is behind): it fails instead.
+  if (lives)
+    throw Error(Errc::unreachable, "buffer '" + layout_.name + "': copy " + std::to_string(replica) + " on " +
+                                       layout_.servers[server] + " missed this op (" + why +
+                                       ") while its server may live, and no keeper of the buffer's record could be "
+                                       "reached to record it behind: the op is not acknowledged (the other copies "
+                                       "may have it)");
 }
 
 void BufferCore::learn_stale(const std::vector<CopyRef>& stale) {
@@ -280,6 +291,23 @@ void BufferCore::learn_after_losses() {
     spdlog::warn("buffer '{}': after losing a server, its record of stale copies could not be read: {}", layout_.name,
                  e.what());
   }
+}
+
+bool BufferCore::takes_changes(std::uint32_t replica, std::uint32_t server, const char* op) {
+  if (usable(replica, server)) return true;
+  {
+    std::lock_guard lock(stale_mutex_);
+    if (stale_.contains({replica, server})) return false;  // left already, and said why
+  }
+  mark_stale(replica, server, std::string("this client cannot reach its server for ") + op, /*lives=*/true);
+  return false;
+}
+
+std::uint32_t BufferCore::first_taking_changes(std::uint32_t position, const char* op) {
+  learn_after_losses();
+  for (std::uint32_t r = 0; r < replicas(); ++r)
+    if (takes_changes(r, replica_server(position, r), op)) return r;
+  return first_usable(position, op);  // none: throws, naming where its copies are
 }
 
 std::uint32_t BufferCore::first_usable(std::uint32_t position, const char* op) {

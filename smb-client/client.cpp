@@ -55,19 +55,21 @@ Buffer Client::create(std::string_view name, std::uint64_t size, const BufferOpt
 }
 Buffer Client::open(std::string_view name) { return Buffer(core_->open(name)); }
 
+// Open first: a replicated buffer opens with a server down, where a create
+// (which needs every server) would fail before it learnt the name is taken.
 Buffer Client::open_or_create(std::string_view name, std::uint64_t size, const BufferOptions& options) {
   const auto deadline = std::chrono::steady_clock::now() + core_->timeout();
   for (;;) {
     try {
+      return open(name);
+    } catch (const Error& e) {
+      // Nobody made it yet, or its creator has not committed it yet, or has just destroyed it.
+      if (e.code() != Errc::not_found || std::chrono::steady_clock::now() > deadline) throw;
+    }
+    try {
       return create(name, size, options);
     } catch (const Error& e) {
       if (e.code() != Errc::already_exists) throw;
-    }
-    try {
-      return open(name);
-    } catch (const Error& e) {
-      // The creator may not have committed yet, or may have just destroyed it.
-      if (e.code() != Errc::not_found || std::chrono::steady_clock::now() > deadline) throw;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -8,11 +8,13 @@
 #include "protocol/striping.hpp"
 #include "util/parse.hpp"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <set>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <thread>
 
 namespace smb {
@@ -25,6 +27,17 @@ namespace {
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+// libsmb logs through spdlog's default logger, which writes to stdout until
+// the program installs its own (smbd and the tools do): a Python or C
+// program's output would get our warnings mixed in. Until then, stderr.
+void log_to_stderr_unless_set() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (spdlog::default_logger()->name().empty())  // spdlog's own, untouched
+      spdlog::set_default_logger(spdlog::stderr_color_mt("smb"));
+  });
 }
 
 }  // namespace
@@ -46,6 +59,7 @@ using client::is_absence;
 using client::segment_from;
 
 ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
+  log_to_stderr_unless_set();
   if (options_.servers.empty()) {
     const char* env = std::getenv("SMB_SERVERS");
     if (env == nullptr || *env == '\0')
@@ -63,13 +77,28 @@ ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
   std::sort(sorted_servers_.begin(), sorted_servers_.end());
   sorted_servers_.erase(std::unique(sorted_servers_.begin(), sorted_servers_.end()), sorted_servers_.end());
   transport_ = transport::make_client_transport(options_.transport, options_.transport_options);
+  // A server that is down (killed, not yet restarted) does not stop the
+  // client: a replicated buffer opens and works from its other copies, and
+  // what needs that server fails at once, naming it. A client that reaches
+  // none fails here, as does one that a server refuses (a wrong secret).
+  std::optional<Error> first_failure;
+  std::size_t reached = 0;
   for (const auto& s : sorted_servers_) {
     try {
-      link(s);  // fail fast on a wrong address
+      link(s);
+      ++reached;
     } catch (const Error& e) {
-      if (!options_.tolerate_unreachable || !is_absence(e)) throw;
+      if (!is_absence(e)) throw;
+      if (!first_failure) first_failure = e;
+      if (!options_.tolerate_unreachable)
+        spdlog::warn(
+            "server {} cannot be reached ({}): going on without it; buffers with a copy on other servers "
+            "still open, what needs it fails until it is back",
+            s, e.what());
     }
   }
+  if (reached == 0 && first_failure && !options_.tolerate_unreachable)
+    throw Error(first_failure->code(), std::string("no memory server could be reached: ") + first_failure->what());
 }
 
 ClientCore::~ClientCore() {
@@ -93,15 +122,20 @@ ClientCore::~ClientCore() {
   for (auto& l : retired_links_) l->channel.reset();
 }
 
+// A server found unreachable is tried again once kRetryUnreachable has
+// passed (it may be back), not by every call that needs it meanwhile.
 client::ServerLink& ClientCore::link(const std::string& server) {
   std::lock_guard lock(links_mutex_);
   if (auto it = links_.find(server); it != links_.end()) return *it->second;
-  if (auto it = unreachable_.find(server); it != unreachable_.end()) throw Error(Errc::unreachable, it->second);
-  if (!options_.tolerate_unreachable) return connect(server);
+  const auto now = std::chrono::steady_clock::now();
+  if (auto it = unreachable_.find(server); it != unreachable_.end() && now - it->second.since < kRetryUnreachable)
+    throw Error(Errc::unreachable, it->second.why);
   try {
-    return connect(server);
+    auto& made = connect(server);
+    unreachable_.erase(server);
+    return made;
   } catch (const Error& e) {
-    unreachable_.emplace(server, e.what());
+    if (is_absence(e)) unreachable_.insert_or_assign(server, Unreachable{e.what(), now});
     throw;
   }
 }
@@ -110,10 +144,12 @@ client::ServerLink& ClientCore::link(const std::string& server) {
 client::ServerLink& ClientCore::connect(const std::string& server) {
   auto made = std::make_unique<client::ServerLink>();
   auto& l = *made;
-  l.control = std::make_unique<client::ControlConnection>(
-      server, options_.timeout,
-      Body{{"client", "libsmb"}, {"transport", transport_->name()}, {"address", protocol::binary(transport_->address())}},
-      auth_secret_);
+  l.control = std::make_unique<client::ControlConnection>(server, options_.timeout,
+                                                          Body{{"client", "libsmb"},
+                                                               {"id", id_},
+                                                               {"transport", transport_->name()},
+                                                               {"address", protocol::binary(transport_->address())}},
+                                                          auth_secret_);
   // The data channel presents the session's ticket: the server serves it
   // only while this control session is open (ChannelAdmission).
   const auto& hello = l.control->hello_reply();
@@ -121,7 +157,8 @@ client::ServerLink& ClientCore::connect(const std::string& server) {
   l.channel = transport_->connect(protocol::get_binary(hello, "address", "hello"), server, ticket);
   if (hello.contains("instance")) l.instance = protocol::get_u64(hello, "instance", "hello");
   l.waits = std::make_unique<client::WaitConnections>(
-      server, options_.timeout, Body{{"client", "libsmb-wait"}, {"transport", transport_->name()}}, auth_secret_);
+      server, options_.timeout, Body{{"client", "libsmb-wait"}, {"id", id_}, {"transport", transport_->name()}},
+      auth_secret_);
   return *links_.insert_or_assign(server, std::move(made)).first->second;
 }
 
@@ -416,7 +453,8 @@ std::vector<ServerStatus> ClientCore::status() {
 
 void ClientCore::note_unreachable(const std::string& server, const Error& e) {
   std::lock_guard lock(links_mutex_);
-  unreachable_.emplace(server, e.what());
+  if (!unreachable_.contains(server))
+    unreachable_.emplace(server, Unreachable{e.what(), std::chrono::steady_clock::now()});
 }
 
 void ClientCore::stat_of(const std::string& s, ServerStatus& st) {
@@ -468,21 +506,31 @@ std::vector<Layout> ClientCore::list() {
   return out;
 }
 
+// A keeper that restarted (relinked here) without the record is asked
+// again after the others: a repair writing the record back to it copies
+// the marks the other keeper has by then (restore_records), so the mark
+// reaches it one way or the other.
 bool ClientCore::record_stale(const std::string& name, CopyRef copy, const std::string& why) {
   const Body request{{"name", name}, {"copy", copy.replica}, {"server", copy.server}, {"why", why}};
   std::optional<Error> failure;
   bool recorded = false;
-  for (const auto& keeper : keepers_of(name)) {
+  std::vector<std::string> without;  // keepers that had no record
+  const auto mark = [&](const std::string& keeper) {
     try {
-      auto& l = link(keeper);
-      if (!l.alive()) continue;  // a keeper that is gone keeps nothing
-      l.control->call(MessageType::mark_stale, request);
-      recorded = true;
+      relink(keeper).control->call(MessageType::mark_stale, request);
+      return true;
     } catch (const Error& e) {
       if (e.code() == Errc::data_lost) throw;
-      if (!failure && e.code() != Errc::not_found) failure = e;  // not_found: a keeper that restarted without it
+      if (e.code() == Errc::not_found)
+        without.push_back(keeper);  // restarted without it
+      else if (!failure)
+        failure = e;
+      return false;
     }
-  }
+  };
+  for (const auto& keeper : keepers_of(name)) recorded = mark(keeper) || recorded;
+  if (recorded)
+    for (const auto& keeper : std::vector(without)) mark(keeper);
   if (!recorded)
     spdlog::warn("buffer '{}': copy {} on server {} could not be recorded as behind at its keepers{}{}", name,
                  copy.replica, copy.server, failure ? ": " : "", failure ? failure->what() : "");
@@ -540,7 +588,9 @@ void ClientCore::check_not_lost(const Layout& layout, const std::string& context
 
 std::map<std::string, std::string> ClientCore::unreachable_servers() const {
   std::lock_guard lock(links_mutex_);
-  return unreachable_;
+  std::map<std::string, std::string> out;
+  for (const auto& [server, why] : unreachable_) out.emplace(server, why.why);
+  return out;
 }
 
 std::vector<std::string> ClientCore::describe_paths() {

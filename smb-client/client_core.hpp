@@ -4,10 +4,11 @@
 // (create/open/destroy) that span servers.
 #include "control_connection.hpp"
 #include "op_gate.hpp"
-#include "wait_connections.hpp"
 #include "protocol/fixed_calls.hpp"
 #include "protocol/striping.hpp"
 #include "transport/transport.hpp"
+#include "util/random_id.hpp"
+#include "wait_connections.hpp"
 
 #include <smb/client.hpp>
 
@@ -75,22 +76,31 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::vector<Layout> list();
   Layout info(std::string_view name);
   std::vector<ShareState> check(const Layout& layout);
-  RepairReport repair(std::string_view name);  // repair.cpp
+  RepairReport repair(std::string_view name);  // repair.cpp: repair_once, again while a client cannot be paused yet
   std::map<std::string, std::string> unreachable_servers() const;
   std::vector<std::string> describe_paths();
 
   // Connects on first use, so a layout may name servers this client was not given.
-  // With tolerate_unreachable, a server that failed once fails at once after.
+  // A server that could not be reached fails at once for a second, then is tried again.
   client::ServerLink& link(const std::string& server);
   // The link, connected anew where the one kept has lost its server (a
   // server that restarted); the old one is kept for requests that name it.
   client::ServerLink& relink(const std::string& server);
 
   // Online repair (repair_watch.cpp). An open or create of a replicated
-  // buffer holds its layout record at the home (hold_layout), so that a
+  // buffer holds its layout record at its keepers (hold_layout), so that a
   // repair pauses this client's writes to it for its final copy; a watcher
-  // thread per home answers those pauses.
-  void release_held(const BufferCore* buffer, const std::string& name, const std::vector<std::string>& keepers);
+  // thread per keeper answers those pauses, and holds again at a keeper
+  // that came back (restarted) once it has the record again.
+  // Holds: per keeper, the link whose control session holds it there (a
+  // hold dies with its session; links are kept while the client lives, so
+  // a relinked server's new link is never taken for its old one, even
+  // where the restarted server numbers its sessions alike).
+  using HeldAt = std::map<std::string, const client::ServerLink*>;
+  void release_held(const BufferCore* buffer, const std::string& name);
+  // This client's identity (the hello's id), and whether it has a Buffer of `name` open.
+  std::uint64_t id() const { return id_; }
+  bool has_open(const std::string& name);
   const std::string& home_of(std::string_view name) const;
   // The servers that keep `name`'s layout record: its home and, in a fabric
   // of more than one server, the next in sorted order. A replicated
@@ -124,8 +134,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   client::ServerLink& connect(const std::string& server);
   void stat_of(const std::string& server, ServerStatus& out);
   void note_unreachable(const std::string& server, const Error& e);
+  RepairReport repair_once(std::string_view name);
   // Repair (repair.cpp): the layout record written back to `keepers` that lost it.
-  void restore_records(const Layout& layout, const std::vector<std::string>& keepers, RepairReport& report);
+  void restore_records(const Layout& layout, const std::vector<std::string>& keepers, client::ServerLink& current,
+                       RepairReport& report);
   // Throws Errc::data_lost where a server of `layout` restarted since it was made.
   void check_not_lost(const Layout& layout, const std::string& context);
   // Throws Errc::data_lost where no copy of some stripes is `present`.
@@ -144,9 +156,16 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   class HoldTicket;
   protocol::Body hold_record(const std::string& name, HoldTicket& ticket);
   void finish_hold(HoldTicket& ticket, const std::shared_ptr<BufferCore>& buffer, const Layout& held_layout);
-  void release_at(const std::string& name, const std::vector<std::string>& keepers);
+  // Releases the holds of `held_at` whose session still lives (a hold dies with its session).
+  void release_at(const std::string& name, const HeldAt& held_at);
   void start_watcher(const std::string& keeper);
   static void watch_keeper(std::weak_ptr<ClientCore> self, std::string keeper);
+  // After `keeper` was lost: holds every open that should be held there
+  // again, once it is back with the record. Returns when all are (true), or
+  // when none wants a hold there any more or the client is gone (false).
+  static bool hold_again(const std::weak_ptr<ClientCore>& weak, const std::string& keeper);
+  enum class Rehold { held, nothing_to_hold, later };
+  Rehold try_hold_again(const std::string& keeper);
   void answer_pause(const std::string& keeper, client::ControlConnection& connection, std::uint64_t holder,
                     const protocol::Body& ask);
   // Relinks the servers whose run in `layout` differs from the one our dead link knew.
@@ -156,7 +175,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
     struct Open {
       const BufferCore* raw;
       std::weak_ptr<BufferCore> buffer;
-      std::vector<std::string> keepers;  // where it is held
+      HeldAt held_at;  // where it is held
     };
     std::vector<Open> buffers;
     std::uint32_t opening = 0;     // opens between hold_layout and finish_hold
@@ -171,6 +190,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::map<std::string, Held> held_;         // by buffer name
   std::map<std::string, Watcher> watchers_;  // by keeper
 
+  // This client's identity, in the hello of every connection to every
+  // server: a repair checks by it that everyone with a copy open was paused.
+  const std::uint64_t id_ = util::random_id();
   ClientOptions options_;
   std::string auth_secret_;  // from options_.auth_token_file (protocol/auth.hpp); empty: none
   std::vector<std::string> sorted_servers_;
@@ -178,7 +200,12 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   mutable std::mutex links_mutex_;
   std::map<std::string, std::unique_ptr<client::ServerLink>> links_;
   std::vector<std::unique_ptr<client::ServerLink>> retired_links_;  // relinked: requests may still name them
-  std::map<std::string, std::string> unreachable_;  // with tolerate_unreachable: server -> why
+  struct Unreachable {
+    std::string why;
+    std::chrono::steady_clock::time_point since;  // the last attempt
+  };
+  static constexpr std::chrono::seconds kRetryUnreachable{1};
+  std::map<std::string, Unreachable> unreachable_;  // servers that could not be reached, and why
 };
 
 // One open's hold, from before hold_layout to finish_hold (repair_watch.cpp).
@@ -188,13 +215,13 @@ class ClientCore::HoldTicket {
   ~HoldTicket();  // unfinished: the hold (if taken) is released
   HoldTicket(const HoldTicket&) = delete;
   HoldTicket& operator=(const HoldTicket&) = delete;
-  bool held() const { return !keepers_.empty(); }
+  bool held() const { return !held_at_.empty(); }
 
  private:
   friend class ClientCore;
   ClientCore& client_;
   std::string name_;
-  std::vector<std::string> keepers_;  // the keepers that hold it for us
+  HeldAt held_at_;         // the keepers that hold it for us
   bool finished_ = false;  // the buffer owns the hold now
 };
 
@@ -215,8 +242,6 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   void adopt(const Layout& layout);
   // Copies other clients found behind (Layout::stale): no longer used.
   void learn_stale(const std::vector<CopyRef>& stale);
-  // This open holds the layout record at `keepers` (hold_layout): close releases it.
-  void set_held(std::vector<std::string> keepers) { held_at_ = std::move(keepers); }
   Request write(std::uint64_t offset, std::span<const std::byte> data);
   Request read(std::uint64_t offset, std::span<std::byte> out);
   std::uint64_t atomic(bool compare_swap, std::uint64_t offset, std::uint64_t a, std::uint64_t b);
@@ -248,8 +273,10 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   bool alive(std::uint32_t server) const { return link_at(server) != nullptr && link_at(server)->alive(); }
   // This client leaves copy r on `server`: its server was lost, or the copy
   // missed an op. Recorded at the keepers for every client (Layout::stale);
-  // throws data_lost where that would leave no copy of its stripes and the
-  // server still `lives` (then the copies diverged).
+  // where the server still `lives`, throws data_lost where that would leave
+  // no copy of its stripes (then the copies diverged), and unreachable where
+  // no keeper could record it (the op that missed it must not be
+  // acknowledged).
   void mark_stale(std::uint32_t replica, std::uint32_t server, const std::string& why, bool lives);
   // Before reads or ordered ops fall over to a later copy because a server
   // was lost: the copies other clients recorded stale (once per loss).
@@ -257,6 +284,14 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   // The first usable copy of position p's stripes; throws server_gone, naming
   // the buffer and `op`, when none is (the text is built only then).
   std::uint32_t first_usable(std::uint32_t position, const char* op);
+  // For an op that changes the buffer: whether copy r on `server` takes it.
+  // One this client cannot use and knows no reason for (its server was down
+  // when the buffer was opened here, or its link died before an op failed
+  // on it) is recorded stale first: its server may live and serve it to
+  // other clients, and it is about to miss an acknowledged op.
+  bool takes_changes(std::uint32_t replica, std::uint32_t server, const char* op);
+  // The first copy of position p's stripes that takes changes (throws like first_usable).
+  std::uint32_t first_taking_changes(std::uint32_t position, const char* op);
   // Replicated buffers (replicated_io.cpp).
   Request write_replicated(std::uint64_t offset, std::span<const std::byte> data);
   Request read_replicated(std::uint64_t offset, std::span<std::byte> out);
@@ -320,10 +355,9 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   std::unique_ptr<std::atomic<client::ServerLink*>[]> links_;  // per layout server; null: unreachable (replicated)
   std::vector<std::unique_ptr<transport::RemoteSegment>> owned_segments_;  // under stale_mutex_
   client::OpGate gate_;
-  std::vector<std::string> held_at_;  // keepers holding the record for this open
-  std::mutex adopt_mutex_;  // one adopt at a time
-  std::mutex stale_mutex_;  // also guards owned_segments_ and layout_.instances
-  std::set<std::pair<std::uint32_t, std::uint32_t>> stale_;  // (copy, server) left behind by its primary
+  std::mutex adopt_mutex_;                                        // one adopt at a time
+  std::mutex stale_mutex_;                                        // also guards owned_segments_ and layout_.instances
+  std::set<std::pair<std::uint32_t, std::uint32_t>> stale_;       // (copy, server) left behind by its primary
   std::set<std::pair<std::uint32_t, std::uint32_t>> unrecorded_;  // of stale_: no keeper knows (adopt keeps them)
   std::vector<bool> losses_seen_;  // per server: lost, and the record read since (learn_after_losses)
   std::once_flag closed_;

@@ -103,9 +103,9 @@ bool ControlConnection::peer_closed() {
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   const std::int64_t now = std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
   std::int64_t last = last_probe_ns_.load(std::memory_order_relaxed);
-  if (now - last < 1'000'000 || !last_probe_ns_.compare_exchange_strong(last, now)) return false;
+  if (now - last < 1'000'000 || !last_probe_ns_.compare_exchange_strong(last, now)) return broken_;
   std::unique_lock lock(mutex_, std::try_to_lock);
-  if (!lock) return false;
+  if (!lock) return broken_;
   if (broken_) return true;
   // The server sends nothing unasked, so readable means closed (or reset).
   char byte = 0;

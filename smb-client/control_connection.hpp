@@ -30,13 +30,11 @@ class ControlConnection {
   protocol::Body call(protocol::MessageType type, const protocol::Body& request, std::chrono::milliseconds wait);
   const std::string& peer() const { return peer_; }
   // Closed after a timeout or a broken stream: no call can succeed any more.
-  bool broken() {
-    std::lock_guard lock(mutex_);
-    return broken_;
-  }
+  bool broken() const { return broken_; }
   // True once the server has closed the connection (or it broke). Never
   // blocks: skips the check while a call is in progress, and checks at most
-  // once per millisecond, so the data path may call it per op.
+  // once per millisecond, so the data path may call it per op (meanwhile it
+  // says what the last check found).
   bool peer_closed();
 
  private:
@@ -49,7 +47,7 @@ class ControlConnection {
   boost::asio::io_context io_;
   boost::asio::ip::tcp::socket socket_;
   std::uint32_t next_request_ = 1;
-  bool broken_ = false;
+  std::atomic<bool> broken_{false};  // set under mutex_; read anywhere
   std::atomic<std::int64_t> last_probe_ns_{0};
   protocol::Body hello_reply_;
   std::uint64_t session_ = 0;

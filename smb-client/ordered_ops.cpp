@@ -16,6 +16,13 @@
 
 namespace smb {
 
+namespace {
+// "a fetch-add", "an accumulate": how the messages below name the op.
+std::string an(const char* op) {
+  return (std::string("aeiou").find(op[0]) == std::string::npos ? "a " : "an ") + std::string(op);
+}
+}  // namespace
+
 std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std::vector<std::uint32_t>& positions,
                                                                        const AddOrderedCalls& add, const char* op,
                                                                        const std::function<std::string()>& what) {
@@ -36,7 +43,7 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
   std::vector<Run> firsts(positions.size());
   for (std::size_t i = 0; i < positions.size(); ++i) {
     firsts[i].position = positions[i];
-    start(firsts[i], first_usable(positions[i], op), nullptr);
+    start(firsts[i], first_taking_changes(positions[i], op), nullptr);
   }
   for (auto& run : firsts) {
     for (;;) {
@@ -48,8 +55,8 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
         // Lost before it answered: it may or may not have applied the op, but
         // no other copy has it yet (they get it only after this one answered).
         const auto s = replica_server(run.position, run.replica);
-        mark_stale(run.replica, s, std::string("a ") + op + " failed: " + e.what(), alive(s));
-        start(run, first_usable(run.position, op), nullptr);
+        mark_stale(run.replica, s, an(op) + " failed: " + e.what(), alive(s));
+        start(run, first_taking_changes(run.position, op), nullptr);
       }
     }
     for (const auto& reply : run.replies) run.orders.push_back(reply.version);
@@ -63,7 +70,7 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
   for (auto& first : firsts) {
     if (first.replica != 0) continue;
     for (std::uint32_t r = 1; r < replicas(); ++r) {
-      if (!usable(r, replica_server(first.position, r))) continue;
+      if (!takes_changes(r, replica_server(first.position, r), op)) continue;
       auto& follower = followers.emplace_back();
       follower.run.position = first.position;
       follower.first = &first;
@@ -94,7 +101,7 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
       } else if (client::is_absence(e) || e.code() == Errc::already_exists) {
         // Gone (the others have the op), or left behind by its primary (an op
         // before this one never came: its client died between the copies).
-        mark_stale(run.replica, server, std::string("it missed a ") + op + ": " + e.what(), alive(server));
+        mark_stale(run.replica, server, "it missed " + an(op) + ": " + e.what(), alive(server));
       } else {
         throw;
       }

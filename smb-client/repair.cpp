@@ -24,6 +24,8 @@
 #include <array>
 #include <cstring>
 #include <future>
+#include <set>
+#include <thread>
 
 namespace smb {
 
@@ -90,6 +92,12 @@ std::vector<std::uint8_t> digests(client::ServerLink& l, const std::string& segm
   return out;
 }
 
+// A repair that found a client with a copy open whom it could not pause
+// (check_sources): it changed nothing, and is tried again.
+struct UnpausedWriters : Error {
+  using Error::Error;
+};
+
 // A copy being rebuilt: the segment made for it and the one it copies.
 struct CopyJob {
   client::ServerLink* to = nullptr;
@@ -97,6 +105,7 @@ struct CopyJob {
   std::string target_name, source_name;
   std::unique_ptr<transport::RemoteSegment> target, source;
   std::uint64_t length = 0;
+  bool in_place = false;
 };
 
 CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebuild,
@@ -104,10 +113,27 @@ CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebu
                      std::vector<std::pair<std::string, std::string>>& allocated);
 std::vector<Range> differing(CopyJob& job);
 void copy_ranges(ClientCore& core, CopyJob& job, const std::vector<Range>& ranges);
+void check_sources(ClientCore& core, const std::string& name, const std::vector<CopyJob>& jobs,
+                   const std::set<std::uint64_t>& paused);
 
 }  // namespace
 
-RepairReport ClientCore::repair(std::string_view name_view) {
+// A client that was not paused holds again within a second of its keepers'
+// return (repair_watch.cpp): the repair is tried again until the timeout.
+RepairReport ClientCore::repair(std::string_view name) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  for (;;) {
+    try {
+      return repair_once(name);
+    } catch (const UnpausedWriters& e) {
+      if (std::chrono::steady_clock::now() > deadline) throw Error(e.code(), e.what());
+      spdlog::debug("{}; trying again", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+}
+
+RepairReport ClientCore::repair_once(std::string_view name_view) {
   const std::string name(name_view);
   protocol::validate_name(name);
   const auto started = std::chrono::steady_clock::now();
@@ -276,12 +302,16 @@ RepairReport ClientCore::repair(std::string_view name_view) {
       // (each holds it at every keeper it reached: the most any keeper counts).
       paused_at = std::chrono::steady_clock::now();
       const auto pause_limit = options_.timeout + std::chrono::seconds(5);
+      std::set<std::uint64_t> paused_clients;
       for (auto* keeper : taken) {
         auto paused = keeper->control->call(
             MessageType::pause_holders,
             {{"name", name}, {"timeout_ms", static_cast<std::uint64_t>(pause_limit.count())}}, pause_limit);
         report.clients_paused = std::max(report.clients_paused, protocol::get_u64(paused, "holders", "pause_holders"));
+        for (const auto& id : paused.value("clients", Body::array()))
+          if (id.is_number_unsigned()) paused_clients.insert(id.get<std::uint64_t>());
       }
+      check_sources(*this, name, jobs, paused_clients);
       recopy();
       for (auto& job : jobs) {
         const auto version = protocol::get_u64(
@@ -306,7 +336,7 @@ RepairReport ClientCore::repair(std::string_view name_view) {
     });
     end_repairs(end);  // the paused clients go on, with the rebuilt copies
     report.records_restored = behind;
-    restore_records(repaired, missing, report);
+    restore_records(repaired, missing, *taken.front(), report);
   } catch (const Error& e) {
     release(true);
     try {
@@ -314,6 +344,7 @@ RepairReport ClientCore::repair(std::string_view name_view) {
     } catch (const Error&) {
       // Our session's end releases the record (and the paused clients) too.
     }
+    if (dynamic_cast<const UnpausedWriters*>(&e) != nullptr) throw UnpausedWriters(e.code(), context + ": " + e.what());
     throw Error(e.code(), context + ": " + e.what());
   }
   const auto ended = std::chrono::steady_clock::now();
@@ -328,13 +359,26 @@ RepairReport ClientCore::repair(std::string_view name_view) {
 
 // Writes the record back to keepers that restarted without it; one that
 // fails is said and left for the next repair (the record is kept by the
-// other keeper meanwhile).
-void ClientCore::restore_records(const Layout& layout, const std::vector<std::string>& keepers, RepairReport& report) {
+// other keeper meanwhile). A copy that a client recorded stale meanwhile
+// reached only `current` (the keeper it was written back to had no record
+// to mark): such marks are copied over once the record is there, after
+// which every mark reaches both.
+void ClientCore::restore_records(const Layout& layout, const std::vector<std::string>& keepers,
+                                 client::ServerLink& current, RepairReport& report) {
   for (const auto& keeper : keepers) {
     try {
       auto& l = link(keeper);
       l.control->call(MessageType::reserve_name, {{"name", layout.name}, {"layout", protocol::layout_to_body(layout)}});
       l.control->call(MessageType::commit_layout, {{"name", layout.name}});
+      const auto now = protocol::layout_from_body(
+          current.control->call(MessageType::get_layout, {{"name", layout.name}})["layout"], "get_layout");
+      for (const auto& copy : now.stale)
+        if (!protocol::is_stale(layout, copy))
+          l.control->call(MessageType::mark_stale,
+                          {{"name", layout.name},
+                           {"copy", copy.replica},
+                           {"server", copy.server},
+                           {"why", "recorded at the other keeper while this one had no record"}});
       report.records_restored.push_back(keeper);
     } catch (const Error& e) {
       spdlog::warn("repair buffer '{}': its layout record could not be written back to {}: {}", layout.name, keeper,
@@ -355,6 +399,7 @@ CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebu
   const auto source = rebuild.source;
   CopyJob job;
   job.length = rebuild.length;
+  job.in_place = rebuild.in_place;
   job.target_name = protocol::segment_name(layout.name, rebuild.replica);
   job.source_name = protocol::segment_name(layout.name, rebuild.source_replica);
   job.to = &core.link(layout.servers[target]);
@@ -387,6 +432,50 @@ CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebu
                                     std::to_string(job.source->descriptor().length) + " bytes, the layout says " +
                                     std::to_string(job.length));
   return job;
+}
+
+// Before the final pass. A source that its server says fell behind its
+// primary lacks ops the lost copy had: copying it would record old data as
+// whole, so the repair fails (data_lost). And whoever holds open a copy
+// that this repair copies from (or rebuilds in place) can write it, and
+// what one writes after the final pass's digests
+// would be missing from the rebuilt copy: the repair would then record as
+// whole a copy that lacks acknowledged writes and ops. Holders of the
+// record are paused by now; a client with the copy open that holds the
+// record at no keeper we paused through (its keepers restarted, and it has
+// not held again yet) cannot be, so the repair ends here, changing
+// nothing. This client's own session counts only where it has the buffer
+// open itself: the copy jobs' handles are its own.
+void check_sources(ClientCore& core, const std::string& name, const std::vector<CopyJob>& jobs,
+                   const std::set<std::uint64_t>& paused) {
+  const bool own_open = core.has_open(name);
+  std::set<std::pair<client::ServerLink*, std::string>> checked;
+  for (const auto& job : jobs) {
+    std::vector<std::pair<client::ServerLink*, std::string>> copies{{job.from, job.source_name}};
+    if (job.in_place) copies.emplace_back(job.to, job.target_name);
+    for (const auto& [link, segment] : copies) {
+      if (!checked.insert({link, segment}).second) continue;
+      const auto reply = link->control->call(MessageType::segment_clients, {{"name", segment}});
+      if (segment == job.source_name && link == job.from && reply.value("behind", false))
+        throw Error(Errc::data_lost, "copy '" + segment + "' on server " + link->control->peer() +
+                                         ", the one left to rebuild from, fell behind its primary (an op before one "
+                                         "it was sent never came) and lacks ops the other had: it is not copied");
+      std::size_t unpaused = 0;
+      for (const auto& entry : reply.value("clients", Body::array())) {
+        const auto id = entry.is_number_unsigned() ? entry.get<std::uint64_t>() : 0;
+        if (id == core.id() && !own_open) continue;
+        if (id == 0 || !paused.contains(id)) ++unpaused;
+      }
+      if (unpaused > 0)
+        throw UnpausedWriters(Errc::busy,
+                              std::to_string(unpaused) + " client(s) with copy '" + segment + "' open on server " +
+                                  link->control->peer() +
+                                  " were not paused: they hold the buffer at no keeper "
+                                  "this repair reached (a client whose keepers restarted holds there again "
+                                  "within a second of their return), so their writes could miss the rebuilt "
+                                  "copy; nothing was changed: retry");
+    }
+  }
 }
 
 // Where the two copies differ, by their servers' digests (both computed at

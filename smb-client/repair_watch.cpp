@@ -4,7 +4,12 @@
 // Every open of a replicated buffer holds its layout record at its keepers
 // (the home and the next server). For each keeper where it holds some, the
 // client runs a watcher thread on a connection of its own, long-polling
-// watch_repairs. When a
+// watch_repairs. A hold dies with its session: when a keeper is lost, its
+// watcher waits for it to come back with the record (a repair writes it
+// back) and holds there again, so that the holds follow the record from
+// keeper to keeper through any number of losses, one at a time (a repair
+// that finds a client with its copy open whom no keeper paused refuses to
+// finish: repair.cpp). When a
 // repair is about to make its final copy, the watch answers with the
 // buffer's name: the watcher closes the gates of this client's Buffers of
 // that name (op_gate.hpp), waits for their writes in flight, and acks; the
@@ -18,6 +23,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
+#include <thread>
 
 namespace smb {
 
@@ -30,6 +37,8 @@ constexpr std::chrono::milliseconds kWatchWait{5'000};
 // How long an ack may wait for the repair's end: the final copy of a
 // large buffer, with a margin. A repairer that dies ends it at once.
 constexpr std::chrono::minutes kAckWait{30};
+// The longest wait between attempts to hold again at a keeper that was lost.
+constexpr std::chrono::milliseconds kHoldAgainAtMost{500};
 }  // namespace
 
 ClientCore::HoldTicket::HoldTicket(ClientCore& client, std::string name) : client_(client), name_(std::move(name)) {
@@ -44,17 +53,26 @@ ClientCore::HoldTicket::~HoldTicket() {
     auto it = client_.held_.find(name_);
     if (--it->second.opening == 0 && it->second.buffers.empty() && it->second.pausing == 0) client_.held_.erase(it);
   }
-  client_.release_at(name_, keepers_);
+  client_.release_at(name_, held_at_);
 }
 
-void ClientCore::release_at(const std::string& name, const std::vector<std::string>& keepers) {
-  for (const auto& keeper : keepers) {
+void ClientCore::release_at(const std::string& name, const HeldAt& held_at) {
+  for (const auto& [keeper, held_by] : held_at) {
     try {
-      link(keeper).control->call(MessageType::release_layout, {{"name", name}});
+      auto& l = link(keeper);
+      if (&l != held_by) continue;  // relinked since: the hold ended with the old session
+      l.control->call(MessageType::release_layout, {{"name", name}});
     } catch (const Error&) {
       // The keeper closing our session (or going) releases it too.
     }
   }
+}
+
+bool ClientCore::has_open(const std::string& name) {
+  std::lock_guard lock(held_mutex_);
+  const auto it = held_.find(name);
+  return it != held_.end() && std::any_of(it->second.buffers.begin(), it->second.buffers.end(),
+                                          [](const auto& b) { return !b.buffer.expired(); });
 }
 
 // The layout comes from the home (or the next keeper, where the home has
@@ -66,24 +84,28 @@ Body ClientCore::hold_record(const std::string& name, HoldTicket& ticket) {
     auto [reply, first] = ask_keepers(name, MessageType::hold_layout, {{"name", name}});
     bool repairing = reply.contains("repairing");
     if (!repairing && reply.contains("held")) {
-      ticket.keepers_ = {first};
+      ticket.held_at_ = {{first, &link(first)}};
       for (const auto& other : keepers_of(name)) {
         if (other == first) continue;
         try {
-          const auto also = link(other).control->call(MessageType::hold_layout, {{"name", name}});
-          if (also.contains("held")) ticket.keepers_.push_back(other);
+          auto& l = link(other);
+          const auto also = l.control->call(MessageType::hold_layout, {{"name", name}});
+          if (also.contains("held")) ticket.held_at_[other] = &l;
           repairing = repairing || also.contains("repairing");
         } catch (const Error& e) {
           if (!client::is_absence(e) && e.code() != Errc::not_found) throw;  // gone, or restarted without the record
         }
       }
       if (repairing) {  // a pause began at the other keeper: wait for its end, like one here
-        release_at(name, ticket.keepers_);
-        ticket.keepers_.clear();
+        release_at(name, ticket.held_at_);
+        ticket.held_at_.clear();
       }
     }
     if (!repairing) {
-      for (const auto& keeper : ticket.keepers_) start_watcher(keeper);
+      // A keeper that holds nothing for us (gone, or without the record):
+      // its watcher holds there once it can (hold_again).
+      if (ticket.held())
+        for (const auto& keeper : keepers_of(name)) start_watcher(keeper);
       return reply;
     }
     if (std::chrono::steady_clock::now() > deadline)
@@ -100,12 +122,11 @@ void ClientCore::finish_hold(HoldTicket& ticket, const std::shared_ptr<BufferCor
     std::lock_guard lock(held_mutex_);
     auto& held = held_[ticket.name_];
     held.opening -= 1;
-    held.buffers.push_back({buffer.get(), buffer, ticket.keepers_});
+    held.buffers.push_back({buffer.get(), buffer, ticket.held_at_});
     ticket.finished_ = true;
     if (held.latest && held.latest->instances != held_layout.instances) newer = held.latest;
     paused = held.pausing > 0;
   }
-  buffer->set_held(ticket.keepers_);
   // A pause that began meanwhile: nothing of this buffer is in flight yet.
   if (paused) buffer->gate().pause(std::chrono::steady_clock::now(), [] {}, [](client::ServerLink*) { return true; });
   if (newer) buffer->adopt(*newer);
@@ -114,16 +135,20 @@ void ClientCore::finish_hold(HoldTicket& ticket, const std::shared_ptr<BufferCor
   if (paused && held_[ticket.name_].pausing == 0) buffer->gate().resume();
 }
 
-void ClientCore::release_held(const BufferCore* buffer, const std::string& name, const std::vector<std::string>& keepers) {
+void ClientCore::release_held(const BufferCore* buffer, const std::string& name) {
+  HeldAt held_at;
   {
     std::lock_guard lock(held_mutex_);
     auto it = held_.find(name);
-    if (it != held_.end()) {
-      std::erase_if(it->second.buffers, [&](const auto& b) { return b.raw == buffer || b.buffer.expired(); });
-      if (it->second.buffers.empty() && it->second.opening == 0 && it->second.pausing == 0) held_.erase(it);
-    }
+    if (it == held_.end()) return;
+    auto& opens = it->second.buffers;
+    if (auto mine = std::find_if(opens.begin(), opens.end(), [&](const auto& b) { return b.raw == buffer; });
+        mine != opens.end())
+      held_at = mine->held_at;
+    std::erase_if(opens, [&](const auto& b) { return b.raw == buffer || b.buffer.expired(); });
+    if (opens.empty() && it->second.opening == 0 && it->second.pausing == 0) held_.erase(it);
   }
-  release_at(name, keepers);
+  release_at(name, held_at);
 }
 
 void ClientCore::start_watcher(const std::string& keeper) {
@@ -186,21 +211,125 @@ void ClientCore::watch_keeper(std::weak_ptr<ClientCore> weak, std::string keeper
       continue;
     }
     if (!gone && !reply.contains("stop")) continue;
+    // The keeper went (and our holds there with it), or says we hold
+    // nothing there: what should be held here is held again once it can be.
+    // (A keeper that restarted reset our connection to it, which the link
+    // sees at once or a moment later; a stop can also race a close and an
+    // open of ours: the next watch tells.)
+    connection.reset();
+    self.reset();  // not kept while waiting
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!hold_again(weak, keeper)) return;
+  }
+}
+
+bool ClientCore::hold_again(const std::weak_ptr<ClientCore>& weak, const std::string& keeper) {
+  auto wait = std::chrono::milliseconds(10);  // an open that raced a stop holds in a moment
+  for (;;) {
     {
-      std::lock_guard lock(self->held_mutex_);
-      bool holds_here = false;  // an open on its way may be about to hold here
-      for (const auto& [name, held] : self->held_) {
-        holds_here = holds_here || held.opening > 0;
-        for (const auto& open : held.buffers)
-          holds_here = holds_here || std::find(open.keepers.begin(), open.keepers.end(), keeper) != open.keepers.end();
-      }
-      if (gone || !holds_here) {
-        self->watchers_[keeper].running = false;
-        return;
+      auto self = weak.lock();
+      if (!self) return false;
+      switch (self->try_hold_again(keeper)) {
+        case Rehold::held:
+          return true;
+        case Rehold::nothing_to_hold:
+          return false;
+        case Rehold::later:
+          break;
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // an open that raced the stop holds in a moment
+    std::this_thread::sleep_for(wait);
+    wait = std::min(wait * 2, kHoldAgainAtMost);
   }
+}
+
+// Which opens lack a live hold at `keeper` is told by the link that holds:
+// a hold made on a link that died (the keeper restarted, the connection
+// broke) ended with its session. A hold is never taken twice on one
+// session: one that leaked would be a holder nobody answers for, and every
+// later repair's pause would wait for it in vain.
+ClientCore::Rehold ClientCore::try_hold_again(const std::string& keeper) {
+  const auto live_link = [&]() -> client::ServerLink* {
+    try {
+      auto& l = link(keeper);
+      return l.alive() ? &l : nullptr;  // alive(): a closed peer fails the channel for every op too
+    } catch (const Error&) {
+      return nullptr;
+    }
+  };
+  // Per name, its opens without a hold on `current`; whether some open has
+  // one; whether an open is on its way (it holds by itself).
+  struct Lacking {
+    std::map<std::string, std::size_t> names;
+    bool held = false, opening = false;
+  };
+  const auto lacking = [&](const client::ServerLink* current) {
+    Lacking out;
+    for (const auto& [name, held] : held_) {
+      const auto keepers = keepers_of(name);
+      if (std::find(keepers.begin(), keepers.end(), keeper) == keepers.end()) continue;
+      out.opening = out.opening || held.opening > 0;
+      for (const auto& open : held.buffers) {
+        if (open.buffer.expired()) continue;
+        const auto at = open.held_at.find(keeper);
+        if (current != nullptr && at != open.held_at.end() && at->second == current)
+          out.held = true;
+        else
+          ++out.names[name];
+      }
+    }
+    return out;
+  };
+  {
+    auto* current = live_link();
+    std::lock_guard lock(held_mutex_);
+    const auto now = lacking(current);
+    if (now.names.empty() && !now.opening) {
+      if (!now.held) watchers_[keeper].running = false;  // its thread ends now
+      return now.held ? Rehold::held : Rehold::nothing_to_hold;
+    }
+    if (now.names.empty()) return Rehold::later;  // an open on its way holds here in a moment
+  }
+  client::ServerLink* l = nullptr;
+  try {
+    l = &relink(keeper);
+  } catch (const Error&) {
+    return Rehold::later;  // still gone
+  }
+  std::map<std::string, std::size_t> wanted;
+  {
+    std::lock_guard lock(held_mutex_);
+    wanted = lacking(l).names;
+  }
+  bool all = true;
+  for (const auto& [name, count] : wanted) {
+    std::size_t got = 0;
+    try {
+      for (; got < count; ++got) {
+        const auto reply = l->control->call(MessageType::hold_layout, {{"name", name}});
+        if (!reply.contains("held")) break;  // a repair's pause runs here: after it
+      }
+    } catch (const Error& e) {
+      // not_found: the keeper came back without the record, which a repair writes back
+      if (e.code() != Errc::not_found) spdlog::debug("holding '{}' at {} again: {}", name, keeper, e.what());
+    }
+    all = all && got == count;
+    std::size_t extra = got;
+    {
+      std::lock_guard lock(held_mutex_);
+      if (auto it = held_.find(name); it != held_.end())
+        for (auto& open : it->second.buffers) {
+          if (extra == 0) break;
+          const auto at = open.held_at.find(keeper);
+          if (open.buffer.expired() || (at != open.held_at.end() && at->second == l)) continue;
+          open.held_at[keeper] = l;
+          --extra;
+        }
+    }
+    for (; extra > 0; --extra) release_at(name, {{keeper, l}});  // closed meanwhile
+    if (got > 0) spdlog::info("buffer '{}': held again at {}, which came back", name, keeper);
+  }
+  return all ? Rehold::held : Rehold::later;
 }
 
 // Pauses this client's Buffers of the buffer the watch named, acks once

@@ -96,7 +96,7 @@ Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::
     bool placed = false;
     for (std::uint32_t r = 0; r < replicas(); ++r) {
       const auto s = replica_server(split[i].server, r);
-      if (!usable(r, s)) continue;
+      if (!takes_changes(r, s, "write")) continue;
       by_server[s].pieces.emplace_back(i, r);
       placed = true;
     }

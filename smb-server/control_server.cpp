@@ -24,11 +24,11 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
       acceptor_(io),
       registry_(registry),
       limits_(limits),
-      handler_(registry, identity, clients_, metrics_),
+      handler_(registry, identities_, identity, clients_, metrics_),
       coordination_(io, quotas.locks),
       versions_(io, registry),
       barriers_(io),
-      pauses_(io, registry),
+      pauses_(io, registry, identities_),
       workers_(std::max(1u, std::thread::hardware_concurrency())),
       metrics_sampler_(io),
       accept_retry_(io) {
@@ -119,6 +119,7 @@ void ControlServer::session_ended(const std::shared_ptr<ControlSession>& session
   versions_.session_closed(session->id());
   barriers_.session_closed(session->id());
   pauses_.session_closed(session->id());
+  identities_.session_closed(session->id());
   tickets_.revoke(session->id());  // its data channels are served no more
   clients_ -= 1;
   sessions_.erase(session);

@@ -71,6 +71,7 @@ class ControlServer {
   std::atomic<std::uint32_t> clients_{0};
   ChannelTickets tickets_;
   Metrics metrics_;
+  ClientIdentities identities_;  // each session's client (hello's id)
   RequestHandler handler_;
   Coordination coordination_;  // deferred replies: locks, barriers
   VersionWaits versions_;      // deferred replies: version waits

@@ -11,31 +11,22 @@
 #include "service_notify.hpp"
 #include "transport/registry.hpp"
 #include "util/parse.hpp"
+#include "util/random_id.hpp"
 
 #include <smb/client.hpp>
 
-#include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
+#include <boost/asio.hpp>
 
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <functional>
 #include <iostream>
-#include <random>
 #include <string>
 #include <vector>
 
 namespace {
-
-// This run's identity (ServerIdentity::instance): random, never 0 (0 is a
-// layout made before servers had one).
-std::uint64_t draw_instance() {
-  std::random_device device;
-  std::uint64_t id = 0;
-  while (id == 0) id = (std::uint64_t{device()} << 32) | device();
-  return id;
-}
 
 // Descriptors kept for everything that is not a control connection: the
 // transport's own (UCX's sockets and shared memory, verbs' channels), logs.
@@ -114,7 +105,7 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
     throw smb::Error(smb::Errc::invalid_argument,
                      "--listen host '" + listen.host + "' is not an IP address of this machine");
   }
-  smb::server::ServerIdentity identity{"", transport->name(), transport->address(), draw_instance()};
+  smb::server::ServerIdentity identity{"", transport->name(), transport->address(), smb::util::random_id()};
   std::unique_ptr<smb::server::ControlServer> control;
   try {
     control = std::make_unique<smb::server::ControlServer>(io, endpoint, registry, identity, options.connections,

@@ -145,6 +145,7 @@ constexpr std::array kRoutes{
     Route{MessageType::segment_digest, kControl, io_thread, segment_digest},
     Route{MessageType::mark_stale, kControl, io_thread, mark_stale},
     Route{MessageType::atomic_call, kCall, arrival, nullptr},  // fixed body, like vector_call
+    Route{MessageType::segment_clients, kControl, io_thread, at_once<&RequestHandler::segment_clients>},
 };
 
 // Indexed by type, checked at compile time: one entry per type, in order.

@@ -297,6 +297,17 @@ void Registry::set_version(const std::string& name, std::uint64_t version) {
 
 void Registry::fell_behind(const std::string& name) { find(name)->behind = true; }
 
+bool Registry::is_behind(const std::string& name) const { return find(name)->behind; }
+
+std::vector<SessionId> Registry::segment_sessions(const std::string& name) const {
+  const auto segment = find(name);
+  std::lock_guard lock(mutex_);
+  std::vector<SessionId> out;
+  for (const auto& [session, held] : handles_)
+    if (held.contains(segment->id)) out.push_back(session);
+  return out;
+}
+
 Page<Layout> Registry::list_layouts(const std::string& after, std::size_t limit) const {
   std::lock_guard lock(mutex_);
   return page_of<Layout>(

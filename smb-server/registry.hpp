@@ -7,8 +7,8 @@
 // when the last handle on it closes (as with unlink), so a client still
 // holding the old remote key never writes into another buffer's memory.
 #include "limits.hpp"
-#include "protocol/fixed_calls.hpp"
 #include "memory_pool.hpp"
+#include "protocol/fixed_calls.hpp"
 #include "segment_allocator.hpp"
 #include "transport/transport.hpp"
 
@@ -118,6 +118,9 @@ class Registry {
   transport::SegmentDescriptor alloc_segment(SessionId session, const std::string& name, std::uint64_t length);
   transport::SegmentDescriptor open_segment(SessionId session, const std::string& name);
   void close_segment(SessionId session, const std::string& name);
+  // The sessions that hold segment `name` open (alloc_segment or open_segment
+  // without close_segment): those whose clients can read and write it.
+  std::vector<SessionId> segment_sessions(const std::string& name) const;
   // Drops this server's segment and, on the home, the layout record.
   void destroy(const std::string& name);
 
@@ -153,6 +156,7 @@ class Registry {
   void set_version(const std::string& name, std::uint64_t version);
   // An ordered op on `name` waited in vain for its predecessor (Segment::behind).
   void fell_behind(const std::string& name);
+  bool is_behind(const std::string& name) const;
   Page<Layout> list_layouts(const std::string& after, std::size_t limit) const;
 
   // Applies a vector op (or an atomic); returns the segment's new version.

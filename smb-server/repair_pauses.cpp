@@ -105,7 +105,10 @@ void RepairPauses::watch(SessionId session, const Body& request, const ReplyFn& 
   const SessionId holder = protocol::get_u64(request, "holder", what);
   const auto wait = std::min(wait_timeout(request, "timeout_ms", what), kMaxWatch);
   auto mine = held_by_.find(holder);
-  if (mine == held_by_.end()) return reply(protocol::ok_reply({{"stop", true}}));
+  // Another client's session (a number this server gave anew after a
+  // restart, say): not this watcher's to answer for.
+  if (mine == held_by_.end() || identities_.of(holder) != identities_.of(session))
+    return reply(protocol::ok_reply({{"stop", true}}));
   // A pause that asks this holder and has no answer from it yet: at once.
   for (const auto& name : mine->second) {
     const auto& pause = buffers_.at(name).pause;
@@ -129,9 +132,10 @@ void RepairPauses::ack(SessionId session, const Body& request, const ReplyFn& re
   const auto name = protocol::get_name(request, "name", what);
   const auto epoch = protocol::get_u64(request, "epoch", what);
   auto it = buffers_.find(name);
-  // A pause that ended already (failed, or its repairer went): go on at once.
+  // A pause that ended already (failed, or its repairer went): go on at
+  // once. Only a holder's own client acks for it.
   if (it == buffers_.end() || !it->second.pause || it->second.pause->epoch != epoch ||
-      !it->second.holders.contains(holder))
+      !it->second.holders.contains(holder) || identities_.of(holder) != identities_.of(session))
     return reply(layout_reply(name));
   it->second.pause->acked.insert(holder);
   it->second.pause->acks.emplace_back(session, reply);
@@ -173,7 +177,9 @@ void RepairPauses::complete_if_acked(const std::string& name) {
     if (!pause.acked.contains(holder)) return;
   auto answer = std::move(pause.answer_repairer);
   pause.answer_repairer = nullptr;
-  answer(protocol::ok_reply({{"holders", buffer.holders.size()}}));
+  Body clients = Body::array();
+  for (const auto& [holder, opens] : buffer.holders) clients.push_back(identities_.of(holder));
+  answer(protocol::ok_reply({{"holders", buffer.holders.size()}, {"clients", std::move(clients)}}));
 }
 
 void RepairPauses::end_pause(const std::string& name, const std::optional<std::string>& failure) {

@@ -9,12 +9,17 @@
 //
 //   holder's open      hold_layout {name}          -> layout (held), or "repairing" while paused
 //   holder's watcher   watch_repairs {holder}      -> {name, epoch} once a pause asks it, {} on timeout,
+//                                                     {stop} at once for a holder of another client
+//                                                     (ClientIdentities: sessions are numbered anew
+//                                                     after a restart),
 //                                                     {stop} once the holder holds nothing,
 //                                                     {stale: name, layout} once a copy of it was
 //                                                     recorded stale (mark_stale), so that every holder
 //                                                     leaves it, not only the client that found it
 //   holder's watcher   ack_pause {holder, name, epoch} -> layout, once the pause ends
-//   repairer           pause_holders {name, timeout_ms} -> {holders} once every holder acked
+//   repairer           pause_holders {name, timeout_ms} -> {holders, clients} once every holder acked
+//                                                     (clients: the holders' identities, so that the repairer
+//                                                     can check that everyone with a copy open is among them)
 //   repairer           end_repair (request_handler)    -> resumes: every ack is answered
 //
 // A holder's watcher runs on a connection of its own (the holder's main one
@@ -24,6 +29,7 @@
 // not every holder answers in time fails (busy) and resumes them.
 //
 // Everything here runs on the control server's io thread, like Coordination.
+#include "client_identities.hpp"
 #include "protocol/messages.hpp"
 #include "registry.hpp"
 #include "replies.hpp"
@@ -40,7 +46,8 @@ namespace smb::server {
 
 class RepairPauses {
  public:
-  RepairPauses(boost::asio::io_context& io, Registry& registry) : io_(io), registry_(registry) {}
+  RepairPauses(boost::asio::io_context& io, Registry& registry, const ClientIdentities& identities)
+      : io_(io), registry_(registry), identities_(identities) {}
 
   using Body = protocol::Body;
   Body hold(SessionId session, const Body& request);
@@ -87,6 +94,7 @@ class RepairPauses {
 
   boost::asio::io_context& io_;
   Registry& registry_;
+  const ClientIdentities& identities_;
   std::map<std::string, Buffer> buffers_;
   std::map<SessionId, std::set<std::string>> held_by_;
   std::map<SessionId, Watch> watches_;  // by holder

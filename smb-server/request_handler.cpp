@@ -88,6 +88,7 @@ Body RequestHandler::hello(SessionId session, const Body& req) {
   if (transport != identity_.transport)
     throw Error(Errc::invalid_argument, "this smbd serves transport '" + identity_.transport +
                                             "', the client asked for " + util::quoted(transport));
+  if (req.contains("id")) identities_.greeted(session, protocol::get_u64(req, "id", "hello"));
   return protocol::ok_reply({{"server", identity_.address},
                              {"transport", identity_.transport},
                              {"address", protocol::binary(identity_.transport_address)},
@@ -178,6 +179,13 @@ Body RequestHandler::mark_stale(SessionId session, const Body& req) {
                  name, copy.replica, layout.servers[copy.server], session,
                  util::quoted(req.contains("why") && req["why"].is_string() ? req["why"].get<std::string>() : "?"));
   return protocol::ok_reply({{"layout", protocol::layout_to_body(layout)}, {"added", added}});
+}
+
+Body RequestHandler::segment_clients(SessionId, const Body& req) {
+  const auto name = protocol::get_segment_name(req, "name", "segment_clients");
+  Body clients = Body::array();
+  for (const auto session : registry_.segment_sessions(name)) clients.push_back(identities_.of(session));
+  return protocol::ok_reply({{"clients", std::move(clients)}, {"behind", registry_.is_behind(name)}});
 }
 
 Body RequestHandler::segment_digest(const Body& req) {

@@ -2,6 +2,7 @@
 // The requests answered at once, each by its own method (routed by the table
 // in message_routes.cpp). A method returns the ok reply or throws smb::Error
 // naming what was wrong; the caller turns that into an error reply.
+#include "client_identities.hpp"
 #include "metrics.hpp"
 #include "protocol/messages.hpp"
 #include "registry.hpp"
@@ -23,9 +24,9 @@ struct ServerIdentity {
 
 class RequestHandler {
  public:
-  RequestHandler(Registry& registry, const ServerIdentity& identity, const std::atomic<std::uint32_t>& clients,
-                 const Metrics& metrics)
-      : registry_(registry), identity_(identity), clients_(clients), metrics_(metrics) {}
+  RequestHandler(Registry& registry, ClientIdentities& identities, const ServerIdentity& identity,
+                 const std::atomic<std::uint32_t>& clients, const Metrics& metrics)
+      : registry_(registry), identities_(identities), identity_(identity), clients_(clients), metrics_(metrics) {}
 
   using Body = protocol::Body;
   Body hello(SessionId session, const Body& request);
@@ -46,6 +47,8 @@ class RequestHandler {
   Body segment_digest(const Body& request);  // any thread
   Body set_version(SessionId session, const Body& request);
   Body mark_stale(SessionId session, const Body& request);
+  // Who holds a segment open, by client identity (ClientIdentities).
+  Body segment_clients(SessionId session, const Body& request);
   // An ordered op on segment `name` waited in vain for the op before it.
   void fell_behind(const std::string& name) { registry_.fell_behind(name); }
   // A vector_op message: x in the body ("data"), in another buffer
@@ -61,6 +64,7 @@ class RequestHandler {
   void check_fits(const Layout& layout) const;
 
   Registry& registry_;
+  ClientIdentities& identities_;
   const ServerIdentity& identity_;
   const std::atomic<std::uint32_t>& clients_;
   const Metrics& metrics_;

@@ -38,10 +38,14 @@ struct ClientOptions {
   /// UCX's data protocol (docs/architecture.md, "The transport abstraction"); a key the transport
   /// does not know is an error.
   std::map<std::string, std::string> transport_options;
-  /// false (default): the constructor fails when any server cannot be
-  /// reached. true: an unreachable server is recorded instead (see
-  /// Client::unreachable_servers(); calls that need it fail at once with
-  /// Errc::unreachable), so that tools can report a degraded fabric.
+  /// A server that cannot be reached (down, killed) is recorded, not fatal:
+  /// see Client::unreachable_servers(); a replicated buffer opens and works
+  /// from its other copies, and calls that need that server fail at once
+  /// with Errc::unreachable naming it (it is tried again a second later).
+  /// false (default): the constructor still fails when *no* server can be
+  /// reached (and logs a warning naming each one that cannot). true: it
+  /// does not fail even then, so that tools can report a fabric that is
+  /// down (smbctl).
   bool tolerate_unreachable = false;
   /// File holding the shared secret of servers run with --auth-token-file
   /// (proved by challenge-response, never sent). Empty: SMB_AUTH_TOKEN_FILE,

@@ -49,6 +49,7 @@ const char* message_name(std::uint16_t type) {
     case MessageType::segment_digest: return "segment_digest";
     case MessageType::mark_stale: return "mark_stale";
     case MessageType::atomic_call: return "atomic_call";
+    case MessageType::segment_clients: return "segment_clients";
   }
   return "unknown";
 }

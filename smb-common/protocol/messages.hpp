@@ -42,7 +42,8 @@ inline constexpr std::uint64_t kMaxDigests = 4096;
 inline constexpr std::size_t kMaxErrorLength = 1024;
 
 enum class MessageType : std::uint16_t {
-  hello = 1,           // {client, transport, address(bin)} -> {server, transport, address(bin), session, ticket(bin)}
+  hello = 1,           // {client, id?, transport, address(bin)} -> {server, transport, address(bin), session, instance,
+                       // ticket(bin)}; id: the client's identity, the same at every server (repairs check who is paused)
   reserve_name = 2,    // home server: {name, layout(bin)} -> {}
   commit_layout = 3,   // home server: {name} -> {}
   get_layout = 4,      // home server: {name} -> {layout(bin)}
@@ -72,10 +73,12 @@ enum class MessageType : std::uint16_t {
   release_layout = 26,  // home server: {name} -> {}: that open closed
   watch_repairs = 27,   // home server: {holder, timeout_ms} -> {name, epoch} | {stop} | {} (deferred)
   ack_pause = 28,       // home server: {holder, name, epoch} -> {layout(bin)} once the pause ends (deferred)
-  pause_holders = 29,   // home server: {name, timeout_ms} -> {holders} once every holder acked (deferred)
+  pause_holders = 29,   // home server: {name, timeout_ms} -> {holders, clients: [id]} once every holder acked (deferred)
   segment_digest = 30,  // {name, offset, length, chunk} -> {digests(bin)}: 16 bytes (XXH3-128) per chunk
   mark_stale = 31,      // home server: {name, copy, server, why} -> {layout(bin)}: that copy fell behind (Layout::stale)
   atomic_call = 32,     // fetch_add / compare_swap on a replicated buffer's copy, ordered like a vector_call (fixed_calls.hpp)
+  segment_clients = 33,  // {name} -> {clients: [id], behind}: the clients (hello's id; 0: none given) holding that
+                         // segment open, and whether it fell behind its primary (a repair copies from neither)
 };
 
 const char* message_name(std::uint16_t type);

@@ -4,8 +4,8 @@
 #include "checkpoint_file.hpp"
 #include "protocol/fixed_calls.hpp"
 #include "protocol/layout_codec.hpp"
-#include "protocol/striping.hpp"
 #include "protocol/messages.hpp"
+#include "protocol/striping.hpp"
 #include "transport/ucx/am_wire.hpp"
 #include "transport/verbs/verbs_calls.hpp"
 
@@ -54,7 +54,8 @@ Layout layout(const std::string& name, std::uint64_t size, std::uint64_t unit, s
 std::vector<std::pair<MessageType, Body>> requests() {
   const auto one = protocol::layout_to_body(layout("w", 65536, 4096, {"127.0.0.1:7000"}));
   return {
-      {MessageType::hello, {{"client", "libsmb"}, {"transport", "ucx"}, {"address", protocol::binary({1, 2, 3})}}},
+      {MessageType::hello,
+       {{"client", "libsmb"}, {"id", 0x1d}, {"transport", "ucx"}, {"address", protocol::binary({1, 2, 3})}}},
       {MessageType::reserve_name, {{"name", "w"}, {"layout", one}}},
       {MessageType::alloc_segment, {{"name", "w"}, {"length", 65536}}},
       {MessageType::commit_layout, {{"name", "w"}}},
@@ -183,6 +184,24 @@ void request_seeds() {
   record(repair, 0, type_of(MessageType::set_version), body({{"name", "w"}, {"version", 5}}));
   record(repair, 0, type_of(MessageType::end_repair), body({{"name", "w"}, {"instances", Body::array({7})}}));
   write("fuzz_requests", "repair", repair);
+  // Who has a copy open, by client identity (a repair's check before its
+  // final pass): two sessions of other clients, one holding the record,
+  // a watch and an ack for the other's hold (refused: another client's).
+  Bytes holders;
+  record(holders, 0, type_of(MessageType::hello), body(reqs[0].second));
+  record(holders, 2, type_of(MessageType::hello), body({{"client", "libsmb"}, {"id", 0x2e}, {"transport", "ucx"}}));
+  for (int i : {1, 2, 3})
+    record(holders, 0, type_of(reqs[static_cast<std::size_t>(i)].first),
+           body(reqs[static_cast<std::size_t>(i)].second));
+  record(holders, 2, type_of(MessageType::open_segment), body({{"name", "w"}}));
+  record(holders, 0, type_of(MessageType::segment_clients), body({{"name", "w"}}));
+  record(holders, 2, type_of(MessageType::segment_clients), body({{"name", "w#r1"}}));
+  record(holders, 0, type_of(MessageType::hold_layout), body({{"name", "w"}}));
+  record(holders, 2, type_of(MessageType::watch_repairs), body({{"holder", 1}, {"timeout_ms", 5}}));
+  record(holders, 2, type_of(MessageType::ack_pause), body({{"holder", 1}, {"name", "w"}, {"epoch", 1}}));
+  record(holders, 0, type_of(MessageType::begin_repair), body({{"name", "w"}}));
+  record(holders, 0, type_of(MessageType::pause_holders), body({{"name", "w"}, {"timeout_ms", 5}}));
+  write("fuzz_requests", "repair-holders", holders);
   // Stale copies: marks (a copy the layout lacks, the last copy left), and a
   // repair that ends with copies fresh again.
   Bytes stale;

@@ -78,6 +78,14 @@ TEST_P(CApiTest, ReplicatedBuffersKeepTheirBytesWithoutAServer) {
   EXPECT_EQ(got, data);
   smb_buffer_close(buffer);
   smb_client_free(client);
+  // A client that starts with the server down, every server on its list, opens it too.
+  ASSERT_EQ(smb_client_connect(server_list().c_str(), 5000, &client), 0) << smb_last_error();
+  ASSERT_EQ(smb_buffer_open(client, "c-rep", &buffer), SMB_OK) << smb_last_error();
+  std::fill(got.begin(), got.end(), 0);
+  ASSERT_EQ(smb_read(buffer, 0, got.data(), got.size()), SMB_OK) << smb_last_error();
+  EXPECT_EQ(got, data);
+  smb_buffer_close(buffer);
+  smb_client_free(client);
 }
 
 // Every handle, name and out-pointer may be NULL: SMB_EINVAL naming the

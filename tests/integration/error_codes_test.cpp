@@ -141,12 +141,21 @@ TEST_P(ErrorCodesTest, BadCreateArgumentsAreInvalidArgument) {
   EXPECT_EQ(client_->list().size(), 1u);
 }
 
+// A server nobody listens on: what needs it fails at once, naming it; a
+// client that reaches no server at all fails to start.
 TEST_P(ErrorCodesTest, UnreachableServerIsAnErrorNotAHang) {
   auto options = client_options(std::chrono::milliseconds(3000));
   options.servers.push_back("127.0.0.1:1");  // nothing listens on port 1
   const auto start = std::chrono::steady_clock::now();
-  const auto msg = expect_errc(Errc::unreachable, [&] { smb::Client c(options); }, "connect to 127.0.0.1:1");
+  smb::Client some(options);
+  EXPECT_EQ(some.unreachable_servers().count("127.0.0.1:1"), 1u);
+  const auto msg = expect_errc(
+      Errc::unreachable, [&] { some.create("needs-all", 4096); }, "connect to 127.0.0.1:1");
   EXPECT_TRUE(mentions(msg, "127.0.0.1:1"));
+  options.servers = {"127.0.0.1:1"};
+  const auto none = expect_errc(
+      Errc::unreachable, [&] { smb::Client c(options); }, "no memory server could be reached");
+  EXPECT_TRUE(mentions(none, "127.0.0.1:1"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 

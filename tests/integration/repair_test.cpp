@@ -19,12 +19,9 @@ namespace {
 
 using namespace smb::test;
 
-class RepairTest : public ReplicationTest {
- protected:
-  // Neither the home of `name` nor `victim`: the server whose loss after a
-  // repair leaves some stripes only in the repaired copies.
-  std::size_t third(const std::string& name, std::size_t victim) { return 3 - home_of(name) - victim; }
-};
+// third(name, victim) (replication_fixture.hpp) is the server whose loss
+// after a repair leaves some stripes only in the repaired copies.
+class RepairTest : public ReplicationTest {};
 
 TEST_P(RepairTest, ARestartedServerGetsItsCopiesBackAndTheBufferSurvivesTheNextLoss) {
   const std::uint64_t size = 3 * kUnit * 7 + 456;  // uneven shares, a partial last stripe

@@ -50,6 +50,8 @@ class ReplicationTest : public FabricTest {
   }
   // A server whose loss leaves the buffer's layout reachable.
   std::size_t not_home_of(const std::string& name) { return (home_of(name) + 1) % 3; }
+  // The server that is neither `name`'s home nor `victim` (3 servers).
+  std::size_t third(const std::string& name, std::size_t victim) const { return 3 - home_of(name) - victim; }
   smb::Client fresh_client() {
     smb::ClientOptions o = client_options(kTimeout);
     o.tolerate_unreachable = true;

@@ -217,6 +217,72 @@ TEST_P(ReplicationTest, CopiesTakeRacingAtomicsInOneOrder) {
   }
 }
 
+// A new process that lists every server (as SMB_SERVERS does) opens a
+// replicated buffer while one of them is down, reads the copies that are
+// left, and writes: the copies it cannot reach are recorded stale for every
+// client, so after a repair brings their server back nothing it wrote is
+// missing. Before, such a client failed at connect ("Connection refused")
+// unless it set tolerate_unreachable (C++ only).
+TEST_P(ReplicationTest, NewProcessesOpenAReplicatedBufferWhileAServerIsDown) {
+  const std::vector<std::string> kept{"--name", "kept", "--size", "3M", "--verify"};
+  auto write = kept;
+  write.insert(write.end(), {"--op", "write", "--replicas", "2", "--stripe-unit", "256K", "--keep"});
+  const auto wrote = run_bench(write);
+  ASSERT_TRUE(wrote.status.success()) << wrote.describe();
+  const auto victim = not_home_of("kept");
+  const auto gone = server(victim).address();
+  server(victim).kill();
+
+  auto read = kept;
+  read.insert(read.end(), {"--op", "read"});
+  const auto bench = run_bench(read);  // a new process, every server on its list
+  EXPECT_TRUE(bench.status.success()) << bench.describe();
+  const auto info = run_smbctl({"info", "kept"});
+  EXPECT_EQ(info.status.code, 3) << "degraded, not lost\n" << info.describe();
+
+  // libsmb's default client: it says which server it could not reach.
+  smb::Client fresh(client_options());
+  ASSERT_EQ(fresh.unreachable_servers().size(), 1u);
+  EXPECT_EQ(fresh.unreachable_servers().begin()->first, gone);
+  auto buffer = fresh.open("kept");
+  ByteVec before(buffer.size());
+  buffer.read(0, before);
+  auto update = pattern_bytes(100, buffer.size(), 0x3c);
+  const auto counters = doubles({1, 2, 3, 4});
+  std::copy(counters.begin(), counters.end(), update.begin());
+  buffer.write(0, update);
+  buffer.apply(smb::VectorOp::accumulate, smb::DType::f64, 0, 4, 1.0, doubles({1, 1, 1, 1}));
+  auto expected = update;
+  const auto added = doubles({2, 3, 4, 5});
+  std::copy(added.begin(), added.end(), expected.begin());
+  // What needs the missing server fails at once, naming it.
+  smb::BufferOptions there;
+  there.servers = {gone};
+  expect_error([&] { fresh.create("needs-it", 4096, there); }, smb::Errc::unreachable, gone);
+
+  // Back (empty) and repaired; then losing another server leaves copies
+  // rebuilt from the ones the new client wrote.
+  restart_server(victim);
+  const auto repaired = run_smbctl({"repair", "kept"});
+  ASSERT_TRUE(repaired.status.success()) << repaired.describe();
+  server(third("kept", victim)).kill();
+  ByteVec got(buffer.size());
+  fresh_client().open("kept").read(0, got);
+  EXPECT_TRUE(same_bytes(expected, got)) << "a write and an accumulate made while the server was down";
+}
+
+// A client none of whose servers answers still fails, naming one.
+TEST_P(ReplicationTest, AClientThatReachesNoServerFails) {
+  auto options = client_options(std::chrono::milliseconds(2000));
+  options.servers = {"127.0.0.1:1", "127.0.0.1:2"};
+  const auto text = expect_errc(
+      smb::Errc::unreachable, [&] { smb::Client c(options); }, "no memory server");
+  EXPECT_TRUE(mentions(text, "127.0.0.1:")) << text;
+  options.tolerate_unreachable = true;
+  smb::Client tolerant(options);  // tools that report a fabric that is down
+  EXPECT_EQ(tolerant.unreachable_servers().size(), 2u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fabrics, ReplicationTest, testing::ValuesIn(multi_server_fabrics()), fabric_name);
 
 }  // namespace

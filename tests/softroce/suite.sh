@@ -36,6 +36,10 @@
 #                integration binary with SMB_TEST_NATIVE_VERBS: its verbs
 #                fabrics (daemons and clients on the native verbs transport on
 #                DEV), which skip outside the VM
+#   reliability-native  (only with --reliability-tests) the smb_reliability_tests
+#                binary's verbs fabrics the same way: servers killed and
+#                repaired again and again under worker processes, and second
+#                faults during a repair (tests/integration/repair_cycles_test.cpp)
 #   transport-native  (only with --transport-tests) the transport conformance
 #                suite's verbs cases (tests/transport/): one verbs channel
 #                driven directly, server and client in one process on DEV
@@ -54,6 +58,7 @@
 #   --gtest-filter FILTER     which integration tests (default: '*ucx_shm_1server*')
 #   --native-integration-tests PATH  run this smb_integration_tests binary over native verbs
 #   --native-gtest-filter FILTER     which of them (default: every verbs fabric test)
+#   --reliability-tests PATH  run this smb_reliability_tests binary over native verbs
 #   --transport-tests PATH    run this smb_transport_tests binary's verbs cases
 #   --device DEV              RDMA device ($SMB_RDMA_DEVICE; default: the first one)
 #   --address IP              IPv4 address of DEV's netdev for smbd (default: looked up)
@@ -74,6 +79,7 @@ INTEGRATION=${SMB_INTEGRATION_TESTS:-}
 GTEST_FILTER='*ucx_shm_1server*'
 NATIVE_INTEGRATION=""
 NATIVE_FILTER='*/verbs_*'
+RELIABILITY=""
 TRANSPORT_TESTS=""
 DEV=${SMB_RDMA_DEVICE:-}
 ADDR=""
@@ -94,6 +100,7 @@ while (($# > 0)); do
     --native-integration-tests) NATIVE_INTEGRATION=$2; shift ;;
     --native-gtest-filter) NATIVE_FILTER=$2; shift ;;
     --transport-tests) TRANSPORT_TESTS=$2; shift ;;
+    --reliability-tests) RELIABILITY=$2; shift ;;
     --device) DEV=$2; shift ;;
     --address) ADDR=$2; shift ;;
     --two-host) TWO_HOST=1 ;;
@@ -495,16 +502,22 @@ case_integration() {
   ((rc == 0)) || { fail "integration tests exited with status $rc"; return 1; }
 }
 
-case_integration_native() {
-  [[ -x $NATIVE_INTEGRATION ]] || { fail "no integration test binary at $NATIVE_INTEGRATION"; return 1; }
+# A GoogleTest binary's verbs fabrics (daemons and clients on the native
+# verbs transport on DEV): binary, log name, time limit.
+run_native_gtests() {
+  local binary=$1 log=$2 limit=$3
+  [[ -x $binary ]] || { fail "no test binary at $binary"; return 1; }
   [[ -n $ADDR ]] || { fail "no IPv4 address on $DEV's interface for smbd"; return 1; }
-  say "$NATIVE_INTEGRATION --gtest_filter=$NATIVE_FILTER with SMB_TEST_NATIVE_VERBS=$ADDR SMB_RDMA_DEVICE=$DEV"
-  SMB_TEST_NATIVE_VERBS="$ADDR" SMB_RDMA_DEVICE="$DEV" timeout -k 5 900 "$NATIVE_INTEGRATION" \
-    --gtest_filter="$NATIVE_FILTER" --gtest_brief=1 >"$LOGS/integration-native.log" 2>&1
+  say "$binary --gtest_filter=$NATIVE_FILTER with SMB_TEST_NATIVE_VERBS=$ADDR SMB_RDMA_DEVICE=$DEV"
+  SMB_TEST_NATIVE_VERBS="$ADDR" SMB_RDMA_DEVICE="$DEV" timeout -k 5 "$limit" "$binary" \
+    --gtest_filter="$NATIVE_FILTER" --gtest_brief=1 >"$LOGS/$log.log" 2>&1
   local rc=$?
-  tail -n 60 "$LOGS/integration-native.log"
-  ((rc == 0)) || { fail "native verbs integration tests exited with status $rc"; return 1; }
+  tail -n 60 "$LOGS/$log.log"
+  ((rc == 0)) || { fail "$log: $(basename "$binary") exited with status $rc"; return 1; }
 }
+
+case_integration_native() { run_native_gtests "$NATIVE_INTEGRATION" integration-native 900; }
+case_reliability_native() { run_native_gtests "$RELIABILITY" reliability-native 600; }
 
 case_transport_native() {
   [[ -x $TRANSPORT_TESTS ]] || { fail "no transport test binary at $TRANSPORT_TESTS"; return 1; }
@@ -540,6 +553,7 @@ if ((${#FAILED[@]} == 0)); then
   ((TWO_HOST && NATIVE_VERBS)) && run_case two-host-native case_two_host_native
   [[ -n $TRANSPORT_TESTS ]] && ((NATIVE_VERBS)) && run_case transport-native case_transport_native
   [[ -n $NATIVE_INTEGRATION ]] && ((NATIVE_VERBS)) && run_case integration-native case_integration_native
+  [[ -n $RELIABILITY ]] && ((NATIVE_VERBS)) && run_case reliability-native case_reliability_native
   [[ -n $INTEGRATION ]] && run_case integration case_integration
 fi
 cleanup

@@ -23,9 +23,15 @@ class Party {
   Party& operator=(const Party&) = delete;
 
   void kill();  // SIGKILL and reap
+  // SIGTERM, then what it printed after "ready" until it exited (roles that
+  // report at the end: count); throws std::runtime_error if it did not exit
+  // cleanly within `timeout`.
+  std::string finish(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
  private:
   pid_t pid_ = -1;
+  int out_ = -1;  // its stdout, after "ready"
+  std::string after_ready_;
 };
 
 }  // namespace smb::test

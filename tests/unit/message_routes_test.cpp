@@ -28,6 +28,7 @@ TEST(MessageRoutes, EveryMessageHasItsOwnRoute) {
   EXPECT_EQ(route_for(type_of(MessageType::auth), kControl).type, MessageType::auth);
   for (std::uint16_t t = type_of(MessageType::begin_repair); t <= type_of(MessageType::mark_stale); ++t)
     EXPECT_EQ(type_of(route_for(t, kControl).type), t) << protocol::message_name(t);
+  EXPECT_EQ(route_for(type_of(MessageType::segment_clients), kControl).type, MessageType::segment_clients);
 }
 
 TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
@@ -36,11 +37,11 @@ TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
     EXPECT_EQ(route_for(type_of(t), kCall).runs_on, RunsOn::arrival);
   // Each request has one encoding per path: the MessagePack forms of the
   // fixed calls come only over a control connection, and the reverse.
-  for (auto t : {MessageType::hello, MessageType::lock, MessageType::barrier, MessageType::destroy, MessageType::vector_op,
-                 MessageType::get_version, MessageType::wait_version, MessageType::begin_repair,
-                 MessageType::set_version, MessageType::hold_layout, MessageType::watch_repairs,
-                 MessageType::ack_pause, MessageType::pause_holders, MessageType::segment_digest,
-                 MessageType::mark_stale}) {
+  for (auto t :
+       {MessageType::hello, MessageType::lock, MessageType::barrier, MessageType::destroy, MessageType::vector_op,
+        MessageType::get_version, MessageType::wait_version, MessageType::begin_repair, MessageType::set_version,
+        MessageType::hold_layout, MessageType::watch_repairs, MessageType::ack_pause, MessageType::pause_holders,
+        MessageType::segment_digest, MessageType::mark_stale, MessageType::segment_clients}) {
     try {
       route_for(type_of(t), kCall);
       ADD_FAILURE() << protocol::message_name(type_of(t)) << " was routed as a call";
@@ -52,7 +53,7 @@ TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
 }
 
 TEST(MessageRoutes, UnknownTypesAreProtocolErrors) {
-  for (int t : {0, type_of(MessageType::atomic_call) + 1, 0x7fff, 0xffff}) {
+  for (int t : {0, type_of(MessageType::segment_clients) + 1, 0x7fff, 0xffff}) {
     try {
       route_for(static_cast<std::uint16_t>(t), kControl);
       ADD_FAILURE() << "type " << t << " was routed";

@@ -12,22 +12,23 @@ namespace smb::bench {
 namespace {
 
 // Client::open_or_create, but telling whether this call created the buffer
-// (fetch-add --verify zeroes only a fresh one).
-Buffer open_or_create(Client& client, const std::string& name, std::uint64_t size,
-                      const BufferOptions& options, bool& created) {
+// (fetch-add --verify zeroes only a fresh one). Open first, as it does: a
+// replicated buffer opens with a server down, a create needs every server.
+Buffer open_or_create(Client& client, const std::string& name, std::uint64_t size, const BufferOptions& options,
+                      bool& created) {
   for (int attempt = 0;; ++attempt) {
+    created = false;
+    try {
+      return client.open(name);
+    } catch (const Error& e) {
+      // Nobody made it yet, or its creator has not committed it yet, or just destroyed it.
+      if (e.code() != Errc::not_found || attempt >= 100) throw;
+    }
     try {
       created = true;
       return client.create(name, size, options);
     } catch (const Error& e) {
       if (e.code() != Errc::already_exists) throw;
-    }
-    created = false;
-    try {
-      return client.open(name);
-    } catch (const Error& e) {
-      // Its creator may not have committed it yet, or just destroyed it.
-      if (e.code() != Errc::not_found || attempt >= 100) throw;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

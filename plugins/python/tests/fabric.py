@@ -205,6 +205,18 @@ def _stop_all():
         fabric.stop()
 
 
+def child_env():
+    """The environment of a child Python process that imports this smb package."""
+    return dict(os.environ, PYTHONPATH=SMB_PYTHONPATH)
+
+
+def run_python(code, *args, timeout=60):
+    """Runs `code` in a new Python process (this interpreter, this smb
+    package) with `args` as sys.argv[1:]; returns the CompletedProcess."""
+    return subprocess.run([sys.executable, "-c", code, *args], env=child_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
 @contextlib.contextmanager
 def running(count=1, capacity="256M"):
     """Starts `count` smbd, yields their "host:port" list, always kills them."""

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Replicated buffers through the smb package: two copies of every stripe
 over 3 smbd, one of which is killed (SIGKILL); the open buffer keeps its
-bytes and takes writes, accumulates and atomics."""
+bytes and takes writes, accumulates and atomics, and a new process that
+lists every server opens and reads it."""
 
 import fabric
 from fabric import needs_numpy, np, smb
@@ -46,6 +47,15 @@ class KilledServerTest(fabric.FabricTestCase):
         expected = x + 2
         expected[1] = 7.0
         np.testing.assert_array_equal(got, expected)
+        # A new process that lists every server opens it and reads the copies left.
+        script = ("import sys, numpy as np, smb\n"
+                  "b = smb.Client(servers=sys.argv[1].split(','), timeout=5).open(sys.argv[2])\n"
+                  "out = np.empty(b.size // 4, dtype=np.float32)\n"
+                  "b.read(0, out)\n"
+                  "sys.stdout.write(out.tobytes().hex())\n")
+        done = fabric.run_python(script, self.fabric.server_list, b.name)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        np.testing.assert_array_equal(np.frombuffer(bytes.fromhex(done.stdout), dtype=np.float32), expected)
 
 
 class RepairTest(fabric.FabricTestCase):

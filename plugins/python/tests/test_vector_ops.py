@@ -2,7 +2,6 @@
 """Server-side vector ops through the package (apply, apply_from), the
 buffer version and wait_version, woken by another thread or process."""
 
-import os
 import subprocess
 import sys
 import threading
@@ -200,8 +199,7 @@ class VectorOpTest(fabric.FabricTestCase):
             "print('opened', flush=True)\n"
             "sys.stdin.readline()\n"
             "b.apply('accumulate', x=np.ones(b.size // 4, np.float32))\n")
-        env = dict(os.environ, PYTHONPATH=fabric.SMB_PYTHONPATH)
-        child = subprocess.Popen([sys.executable, "-c", code, self.fabric.server_list, b.name], env=env,
+        child = subprocess.Popen([sys.executable, "-c", code, self.fabric.server_list, b.name], env=fabric.child_env(),
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             self.assertEqual(child.stdout.readline().strip(), "opened")
