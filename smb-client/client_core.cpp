@@ -81,24 +81,23 @@ ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
   // client: a replicated buffer opens and works from its other copies, and
   // what needs that server fails at once, naming it. A client that reaches
   // none fails here, as does one that a server refuses (a wrong secret).
-  std::optional<Error> first_failure;
-  std::size_t reached = 0;
+  std::vector<std::pair<std::string, Error>> failed;
   for (const auto& s : sorted_servers_) {
     try {
       link(s);
-      ++reached;
     } catch (const Error& e) {
       if (!is_absence(e)) throw;
-      if (!first_failure) first_failure = e;
-      if (!options_.tolerate_unreachable)
-        spdlog::warn(
-            "server {} cannot be reached ({}): going on without it; buffers with a copy on other servers "
-            "still open, what needs it fails until it is back",
-            s, e.what());
+      failed.emplace_back(s, e);
     }
   }
-  if (reached == 0 && first_failure && !options_.tolerate_unreachable)
-    throw Error(first_failure->code(), std::string("no memory server could be reached: ") + first_failure->what());
+  if (options_.tolerate_unreachable || failed.empty()) return;
+  if (failed.size() == sorted_servers_.size())
+    throw Error(failed.front().second.code(),
+                std::string("no memory server could be reached: ") + failed.front().second.what());
+  for (const auto& [server, e] : failed)
+    spdlog::warn("server {} cannot be reached ({}): going on without it; buffers with a copy on other servers "
+                 "still open, what needs it fails until it is back",
+                 server, e.what());
 }
 
 ClientCore::~ClientCore() {

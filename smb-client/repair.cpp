@@ -366,23 +366,30 @@ RepairReport ClientCore::repair_once(std::string_view name_view) {
 void ClientCore::restore_records(const Layout& layout, const std::vector<std::string>& keepers,
                                  client::ServerLink& current, RepairReport& report) {
   for (const auto& keeper : keepers) {
+    client::ServerLink* l = nullptr;
     try {
-      auto& l = link(keeper);
-      l.control->call(MessageType::reserve_name, {{"name", layout.name}, {"layout", protocol::layout_to_body(layout)}});
-      l.control->call(MessageType::commit_layout, {{"name", layout.name}});
-      const auto now = protocol::layout_from_body(
-          current.control->call(MessageType::get_layout, {{"name", layout.name}})["layout"], "get_layout");
-      for (const auto& copy : now.stale)
-        if (!protocol::is_stale(layout, copy))
-          l.control->call(MessageType::mark_stale,
-                          {{"name", layout.name},
-                           {"copy", copy.replica},
-                           {"server", copy.server},
-                           {"why", "recorded at the other keeper while this one had no record"}});
+      l = &link(keeper);
+      l->control->call(MessageType::reserve_name, {{"name", layout.name}, {"layout", protocol::layout_to_body(layout)}});
+      l->control->call(MessageType::commit_layout, {{"name", layout.name}});
       report.records_restored.push_back(keeper);
     } catch (const Error& e) {
       spdlog::warn("repair buffer '{}': its layout record could not be written back to {}: {}", layout.name, keeper,
                    e.what());
+      continue;
+    }
+    try {
+      const auto now = protocol::layout_from_body(
+          current.control->call(MessageType::get_layout, {{"name", layout.name}})["layout"], "get_layout");
+      for (const auto& copy : now.stale)
+        if (!protocol::is_stale(layout, copy))
+          l->control->call(MessageType::mark_stale,
+                           {{"name", layout.name},
+                            {"copy", copy.replica},
+                            {"server", copy.server},
+                            {"why", "recorded at the other keeper while this one had no record"}});
+    } catch (const Error& e) {
+      spdlog::warn("repair buffer '{}': copies recorded stale meanwhile could not be copied to {}: {}", layout.name,
+                   keeper, e.what());
     }
   }
 }
