@@ -509,8 +509,12 @@ std::vector<Layout> ClientCore::list() {
 // again after the others: a repair writing the record back to it copies
 // the marks the other keeper has by then (restore_records), so the mark
 // reaches it one way or the other.
+Body ClientCore::stale_mark(const std::string& name, CopyRef copy, const std::string& why) {
+  return {{"name", name}, {"copy", copy.replica}, {"server", copy.server}, {"why", why}};
+}
+
 bool ClientCore::record_stale(const std::string& name, CopyRef copy, const std::string& why) {
-  const Body request{{"name", name}, {"copy", copy.replica}, {"server", copy.server}, {"why", why}};
+  const Body request = stale_mark(name, copy, why);
   std::optional<Error> failure;
   bool recorded = false;
   std::vector<std::string> without;  // keepers that had no record

@@ -112,6 +112,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // repair. Throws data_lost where a keeper refuses: every other copy of its
   // stripes is stale already. False where no keeper could be reached.
   bool record_stale(const std::string& name, CopyRef copy, const std::string& why);
+  // The mark_stale request of `copy` (record_stale, and a repair writing marks back).
+  static protocol::Body stale_mark(const std::string& name, CopyRef copy, const std::string& why);
   // The stale copies in `name`'s layout record now.
   std::vector<CopyRef> recorded_stale(const std::string& name);
   transport::ClientTransport& transport() { return *transport_; }

@@ -383,10 +383,7 @@ void ClientCore::restore_records(const Layout& layout, const std::vector<std::st
       for (const auto& copy : now.stale)
         if (!protocol::is_stale(layout, copy))
           l->control->call(MessageType::mark_stale,
-                           {{"name", layout.name},
-                            {"copy", copy.replica},
-                            {"server", copy.server},
-                            {"why", "recorded at the other keeper while this one had no record"}});
+                           stale_mark(layout.name, copy, "recorded at the other keeper while this one had no record"));
     } catch (const Error& e) {
       spdlog::warn("repair buffer '{}': copies recorded stale meanwhile could not be copied to {}: {}", layout.name,
                    keeper, e.what());

@@ -89,6 +89,7 @@ def smb_op(build, server, op, size, iters, depth, name):
 
 def iperf3(total):
     port = free_port()
+    before = children_cpu()
     server = subprocess.Popen(["taskset", "-c", SERVER_CPU, "iperf3", "-s", "-1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -96,8 +97,8 @@ def iperf3(total):
         client, _ = run_child(["taskset", "-c", CLIENT_CPU, "iperf3", "-c", "127.0.0.1", "-p", str(port), "-n",
                                str(total), "-l", "1M"])
         server.wait(timeout=30)
-        # rusage of a reaped child: the server counts once it exited (RUSAGE_CHILDREN).
-        return {"client": client, "server": None, "bytes": total}
+        # The server is a child too: its CPU is in the children's rusage once it is reaped.
+        return {"client": client, "server": children_cpu() - before - client, "bytes": total}
     finally:
         if server.poll() is None:
             server.kill()
@@ -136,11 +137,7 @@ def gloo(iters):
 
 def per_gb(m):
     gb = m["bytes"] / 1e9
-    out = {"client": m["client"] / gb}
-    if m.get("server") is not None:
-        out["server"] = m["server"] / gb
-        out["total"] = out["client"] + out["server"]
-    return out
+    return {"client": m["client"] / gb, "server": m["server"] / gb, "total": (m["client"] + m["server"]) / gb}
 
 
 def main():
@@ -167,12 +164,7 @@ def main():
                 run[op] = per_gb(smb_op(build, server, op, size, iters, args.depth, "cpu-per-gb"))
         finally:
             server.stop()
-        # iperf3's server is a child too: its CPU comes in the children's rusage after it exits.
-        before = children_cpu()
-        ip = iperf3(size * iters)
-        ip["total"] = children_cpu() - before
-        run["iperf3"] = {"client": ip["client"] / (ip["bytes"] / 1e9), "total": ip["total"] / (ip["bytes"] / 1e9)}
-        run["iperf3"]["server"] = run["iperf3"]["total"] - run["iperf3"]["client"]
+        run["iperf3"] = per_gb(iperf3(size * iters))
         if not args.no_gloo:
             run["gloo allreduce"] = per_gb(gloo(4))
         runs.append(run)
