@@ -71,7 +71,7 @@ void run_io(boost::asio::io_context& io) {
 
 // --check-config: every check smbd makes before it takes memory or a port.
 int check_only(smb::server::SmbdOptions& options) {
-  const auto [listen, capacity] = smb::server::check_options(options);
+  const auto [listen, capacity, transport_options] = smb::server::check_options(options);
   if (!options.auth_token_file.empty()) {
     std::string warning;
     smb::protocol::read_secret_file(options.auth_token_file, "--auth-token-file", &warning);
@@ -84,7 +84,7 @@ int check_only(smb::server::SmbdOptions& options) {
 
 int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, smb::server::DaemonLog& log) {
   namespace asio = boost::asio;
-  const auto [listen, capacity] = smb::server::check_options(options);
+  const auto [listen, capacity, transport_options] = smb::server::check_options(options);
   apply_fd_limit(options.connections);
   if (!options.auth_token_file.empty()) {
     std::string warning;
@@ -93,7 +93,7 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
     if (!warning.empty()) spdlog::warn("{}", warning);
   }
 
-  auto transport = smb::transport::make_server_transport(options.transport);
+  auto transport = smb::transport::make_server_transport(options.transport, transport_options);
   smb::server::MemoryPool pool(capacity);
   smb::server::Registry registry(pool, *transport, options.quotas);
 

@@ -35,10 +35,18 @@ void add_options(CLI::App& app, SmbdOptions& options) {
   app.add_option("--capacity", options.capacity, "Memory to lend, e.g. 128M, 4G")->required();
   std::string transports_help = "Data transport, one of this build's:";
   for (const auto* t : transport::transports())
+  {
     transports_help += "\n  " + std::string(t->name) + ": " + std::string(t->summary);
+    for (const auto& o : t->options)
+      transports_help += "\n    --transport-option " + std::string(o.key) + "=...: " + std::string(o.help);
+  }
   app.add_option("--transport", options.transport, transports_help)
       ->check(CLI::IsMember(transport::transport_names()))
       ->capture_default_str();
+  app.add_option("--transport-option", options.transport_options,
+                 "KEY=VALUE, repeatable: a setting of the transport's own (e.g. tcp's port=7001, for a firewall); "
+                 "--transport lists each transport's")
+      ->type_name("KEY=VALUE");
   app.add_flag("--poll", options.poll,
                "Busy-poll the transport's progress: lowest latency for small calls, one core kept busy "
                "(default: sleep when idle)");
@@ -131,6 +139,13 @@ CheckedOptions check_options(SmbdOptions& options) {
   if (!options.metrics.empty()) util::parse_host_port(options.metrics, /*allow_zero_port=*/false);
   options.connections.hello_timeout = seconds_flag(options.hello_timeout_s, "--hello-timeout");
   options.connections.frame_timeout = seconds_flag(options.frame_timeout_s, "--frame-timeout");
+  for (const auto& item : options.transport_options) {
+    const auto equals = item.find('=');
+    if (equals == std::string::npos || equals == 0)
+      throw Error(Errc::invalid_argument, "--transport-option " + util::quoted(item) + ": expected KEY=VALUE");
+    checked.transport_options[item.substr(0, equals)] = item.substr(equals + 1);
+  }
+  transport::check_options(transport::find_transport(options.transport), checked.transport_options);
   return checked;
 }
 

@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "transport/transport.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <iosfwd>
@@ -21,6 +23,7 @@ struct SmbdOptions {
   std::string listen = "0.0.0.0:7000";
   std::string capacity;
   std::string transport = "ucx";
+  std::vector<std::string> transport_options;  // KEY=VALUE, the transport's own settings
   bool poll = false;
   unsigned spin_us = 50;
   std::string log_level = "info";
@@ -57,6 +60,7 @@ void add_options(CLI::App& app, SmbdOptions& options);
 struct CheckedOptions {
   util::HostPort listen;
   std::uint64_t capacity = 0;
+  transport::TransportOptions transport_options;  // --transport-option, keys known to --transport
 };
 CheckedOptions check_options(SmbdOptions& options);
 

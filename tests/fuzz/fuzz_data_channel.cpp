@@ -1,9 +1,10 @@
 // libFuzzer target: the data channel's headers, as smbd's transports check
-// them before touching memory: UCX "am" write/read/atomic headers against a
-// segment table, and call messages (UCX and verbs) split into frame and
-// payload. The checked ops then really run on the segment's memory, so an
+// them before touching memory: UCX "am" write/read/atomic headers and tcp
+// request headers against a segment table, and call messages (UCX and
+// verbs) split into frame and payload. The checked ops then really run on the segment's memory, so an
 // out-of-bounds access that a check let through is an ASan report.
 #include "transport/call_wire.hpp"
+#include "transport/tcp/tcp_wire.hpp"
 #include "transport/ucx/am_checks.hpp"
 #include "transport/verbs/verbs_calls.hpp"
 
@@ -34,7 +35,7 @@ struct Segments {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static Segments segments;
   if (size < 2) return 0;
-  const std::uint8_t kind = data[0] % 4;
+  const std::uint8_t kind = data[0] % 5;
   const std::size_t header_length = data[1];  // what the peer claims; the checks must not trust it
   data += 2;
   size -= 2;
@@ -68,6 +69,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::memcpy(&h, data, sizeof h);
       const auto parts = split_call({data + sizeof h, size - sizeof h}, h.frame_length);
       if (parts && parts->frame.size() != h.frame_length) std::abort();
+      break;
+    }
+    case 4: {  // a tcp request header: what check_request lets through runs on the memory
+      const auto h = read_header<tcp::RequestHeader>(data, claimed);
+      if (!h) break;
+      const auto check = tcp::check_request(segments.resolver, *h, access);
+      if (check.error != smb::Errc::ok) {
+        if (check.drain != 0 && check.drain != h->length) std::abort();  // drains what the put carries
+        break;
+      }
+      const auto what = static_cast<tcp::Kind>(h->kind);
+      if (what == tcp::Kind::atomic) {
+        (void)apply_atomic(AtomicRequest{h->segment_id, h->offset, h->atomic_op, h->operand, h->compare}, access);
+      } else if ((what == tcp::Kind::put || what == tcp::Kind::get) && h->length != 0) {
+        std::vector<std::byte> staging(h->length);
+        std::memcpy(staging.data(), access.base + h->offset, h->length);
+        std::memcpy(access.base + h->offset, staging.data(), h->length);
+      } else if (what == tcp::Kind::call) {
+        if (h->frame_length > tcp::kMaxCallFrame || h->length > tcp::kMaxCallPayload) std::abort();
+      } else if (what != tcp::Kind::put && what != tcp::Kind::get) {
+        std::abort();  // an unknown kind was let through
+      }
       break;
     }
   }

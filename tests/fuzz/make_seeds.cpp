@@ -6,6 +6,7 @@
 #include "protocol/layout_codec.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/striping.hpp"
+#include "transport/tcp/tcp_wire.hpp"
 #include "transport/ucx/am_wire.hpp"
 #include "transport/verbs/verbs_calls.hpp"
 
@@ -124,6 +125,26 @@ void data_channel_seeds() {
   append(verbs, smb::transport::CallHeader{6, static_cast<std::uint32_t>(frame.size()), 0});
   verbs.insert(verbs.end(), call.begin(), call.end());
   write("fuzz_data_channel", "verbs-call", verbs);
+  using smb::transport::tcp::Kind;
+  using smb::transport::tcp::RequestHeader;
+  const auto tcp = [](Kind kind, std::uint64_t segment, std::uint64_t offset, std::uint64_t length) {
+    RequestHeader h;
+    h.kind = static_cast<std::uint32_t>(kind);
+    h.token = 7;
+    h.segment_id = segment;
+    h.offset = offset;
+    h.length = length;
+    return h;
+  };
+  write("fuzz_data_channel", "tcp-put", seed(4, tcp(Kind::put, 1, 64, 128), {}));
+  write("fuzz_data_channel", "tcp-get-end", seed(4, tcp(Kind::get, 3, 56 * 1024 - 8, 8), {}));
+  RequestHeader add = tcp(Kind::atomic, 2, 8, 0);
+  add.atomic_op = 1;
+  add.operand = 5;
+  write("fuzz_data_channel", "tcp-fetch-add", seed(4, add, {}));
+  RequestHeader tcp_call = tcp(Kind::call, 0, 0, 16);
+  tcp_call.frame_length = static_cast<std::uint32_t>(frame.size());
+  write("fuzz_data_channel", "tcp-call", seed(4, tcp_call, call));
 }
 
 void request_seeds() {

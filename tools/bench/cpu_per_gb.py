@@ -3,11 +3,12 @@
 kernel's TCP carrying the same bytes, in one run. A benchmark, not a test
 (issue "Across hosts, faster than gloo", item 1).
 
-On loopback, one smbd (UCX_TLS=tcp,self; its defaults, or --smbd-arg) pinned to CPU 0 and
+On loopback, one smbd (its defaults, or --smbd-arg) pinned to CPU 0 and
 one client pinned to CPU 1, it moves --gib GiB of 1 MiB ops (--depth in
 flight) through one buffer and reads each process's user+system CPU time
-from /proc (smbd) and rusage (the client), for:
-  write, read                   smb-bench over UCX's TCP transport
+from /proc (smbd) and rusage (the client), for each --transport:
+  ucx: UCX's TCP lane (UCX_TLS=tcp,self)   tcp: our own sockets transport
+  write, read                   smb-bench
   accumulate (f32, x inline)    the same bytes sent as server-side accumulates
 and, as references carrying the same bytes:
   iperf3                        one TCP stream, 1 MiB writes (sender + receiver)
@@ -16,7 +17,7 @@ and, as references carrying the same bytes:
 Prints client, server and total CPU s/GB and the total over iperf3's.
 
 Usage: tools/bench/cpu_per_gb.py [--preset ci | --build DIR] [--gib 2] [--depth 16] [--runs 3] [--no-gloo]
-                                 [--smbd-arg ARG]...
+                                 [--transport ucx,tcp] [--smbd-arg ARG]...
 Results (JSON) go to build/PRESET/cpu-per-gb/.
 """
 
@@ -57,12 +58,12 @@ def run_child(cmd, env=None):
 
 
 class Smbd:
-    def __init__(self, build, capacity, extra_args):
+    def __init__(self, build, capacity, transport, extra_args):
         self.port = free_port()
         self.proc = subprocess.Popen(
             ["taskset", "-c", SERVER_CPU, os.path.join(build, "smb-server", "smbd"), "--listen",
-             f"127.0.0.1:{self.port}", "--capacity", capacity, *extra_args],
-            env=env_for("tcp,self"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             f"127.0.0.1:{self.port}", "--capacity", capacity, "--transport", transport, *extra_args],
+            env=transport_env(transport), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not wait_listen(self.port):
             raise RuntimeError("smbd did not start")
         self.address = f"127.0.0.1:{self.port}"
@@ -75,7 +76,15 @@ class Smbd:
         self.proc.wait()
 
 
-def smb_op(build, server, op, size, iters, depth, name):
+def transport_env(transport):
+    """The environment of smbd and smb-bench: UCX over its TCP lane, or our tcp transport."""
+    env = env_for("tcp,self")
+    if transport != "ucx":
+        env["SMB_TRANSPORT"] = transport
+    return env
+
+
+def smb_op(build, server, transport, op, size, iters, depth, name):
     cmd = ["taskset", "-c", CLIENT_CPU, os.path.join(build, "tools", "smb-bench"), "--servers", server.address,
            "--name", name, "--op", op, "--size", str(size), "--iters", str(iters), "--json"]
     if op in ("write", "read"):
@@ -83,7 +92,7 @@ def smb_op(build, server, op, size, iters, depth, name):
     else:
         cmd += ["--block", "1M", "--dtype", "f32"]
     server_before = server.cpu()
-    client, out = run_child(cmd, env_for("tcp,self"))
+    client, out = run_child(cmd, transport_env(transport))
     return {"client": client, "server": server.cpu() - server_before, "bytes": size * iters, "report": json.loads(out)}
 
 
@@ -148,6 +157,7 @@ def main():
     ap.add_argument("--depth", type=int, default=16)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-gloo", action="store_true")
+    ap.add_argument("--transport", default="ucx,tcp", help="comma-separated: ucx (its TCP lane), tcp (ours)")
     ap.add_argument("--smbd-arg", action="append", default=[],
                     help="one more smbd argument, e.g. --smbd-arg=--spin-us=0 (no spinning after work)")
     args = ap.parse_args()
@@ -158,12 +168,14 @@ def main():
     runs = []
     for _ in range(args.runs):
         run = {}
-        server = Smbd(build, "512M", args.smbd_arg)
-        try:
-            for op in ("write", "read", "accumulate"):
-                run[op] = per_gb(smb_op(build, server, op, size, iters, args.depth, "cpu-per-gb"))
-        finally:
-            server.stop()
+        for transport in args.transport.split(","):
+            server = Smbd(build, "512M", transport, args.smbd_arg)
+            try:
+                for op in ("write", "read", "accumulate"):
+                    run[f"{op} ({transport})"] = per_gb(
+                        smb_op(build, server, transport, op, size, iters, args.depth, "cpu-per-gb"))
+            finally:
+                server.stop()
         run["iperf3"] = per_gb(iperf3(size * iters))
         if not args.no_gloo:
             run["gloo allreduce"] = per_gb(gloo(4))

@@ -1,0 +1,143 @@
+#pragma once
+// A client's side of the tcp transport: one TCP connection per server, and
+// two threads per connection, so that neither direction waits for the
+// other or for the caller.
+//
+//   sending    An op goes out from the caller's thread at once, without
+//              blocking (MSG_DONTWAIT), while nothing is queued before it;
+//              what the socket's buffer cannot take yet is queued, and the
+//              channel's sender thread sends it, blocking, from the
+//              caller's memory (valid until the op completes).
+//   receiving  The receiver thread reads each reply's header, then its data
+//              with one recv() straight into the caller's memory.
+//
+// Completions finish on the receiver thread; a caller waiting in progress()
+// sleeps until one does (client_idle.hpp). An op abandoned after a timeout
+// while its bytes are on the wire closes the channel: its memory may no
+// longer be read or written, and the stream cannot skip the rest.
+#include "transport/channel_health.hpp"
+#include "transport/pending_table.hpp"
+#include "transport/tcp/tcp_wire.hpp"
+#include "transport/transport.hpp"
+#include "util/fd.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace smb::transport::tcp {
+
+class TcpChannel;
+
+class TcpClientTransport final : public ClientTransport {
+ public:
+  std::string name() const override { return "tcp"; }
+  const Bytes& address() const override { return address_; }
+  std::unique_ptr<Channel> connect(const Bytes& server_address, const std::string& peer,
+                                   std::span<const std::uint8_t> ticket) override;
+  void progress() override;
+  void abandon(const Completion& completion) override;
+  // The kernel copies from and to any memory: nothing to register.
+  std::optional<std::uint64_t> register_memory(void*, std::size_t) override { return std::nullopt; }
+  void unregister_memory(std::uint64_t) override {}
+
+ private:
+  friend class TcpChannel;
+  void completed();  // a channel finished ops: waiters look again
+  void add(TcpChannel* channel);
+  void remove(TcpChannel* channel);
+
+  std::mutex mutex_;  // guards all below
+  std::condition_variable idle_;
+  std::uint64_t generation_ = 0;  // advanced by every batch of completions
+  unsigned sleepers_ = 0;
+  std::vector<TcpChannel*> channels_;
+  Bytes address_;  // clients dial out: no address of their own
+};
+
+class TcpRemoteSegment final : public RemoteSegment {
+ public:
+  explicit TcpRemoteSegment(SegmentDescriptor descriptor) : descriptor_(std::move(descriptor)) {}
+  const SegmentDescriptor& descriptor() const override { return descriptor_; }
+
+ private:
+  SegmentDescriptor descriptor_;
+};
+
+class TcpChannel final : public Channel {
+ public:
+  TcpChannel(TcpClientTransport& transport, const Bytes& server_address, std::string peer,
+             std::span<const std::uint8_t> ticket);
+  ~TcpChannel() override;
+
+  std::string describe() const override;
+  std::unique_ptr<RemoteSegment> attach(const SegmentDescriptor& segment) override;
+  void put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
+           const CompletionPtr& completion) override;
+  void get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::size_t length,
+           const CompletionPtr& completion) override;
+  void fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value, std::uint64_t* old_value,
+                 const CompletionPtr& completion) override;
+  void compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected, std::uint64_t desired,
+                    std::uint64_t* old_value, const CompletionPtr& completion) override;
+  void call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,
+            const CompletionPtr& completion) override;
+  ChannelCaps caps() const override;
+  void peer_lost(const std::string& reason) override;
+  std::optional<std::string> failure() const override;
+
+  // Forgets the ops of `completion` (TcpClientTransport::abandon).
+  void drop(const Completion& completion);
+
+ private:
+  // An op sent, until its reply came: where the reply's data goes.
+  struct PendingOp {
+    CompletionPtr completion;
+    Kind kind = Kind::put;
+    const char* what = "";
+    void* dst = nullptr;  // get: length bytes; atomic: 8 bytes
+    std::size_t length = 0;
+    Bytes* reply = nullptr;  // call
+  };
+  // A request on its way out: the header, a call's frame, then the data.
+  struct Outgoing {
+    CompletionPtr completion;
+    RequestHeader header;
+    std::vector<std::uint8_t> frame;
+    const void* data = nullptr;
+    std::size_t data_length = 0;
+    std::size_t sent = 0;  // bytes of the three already with the kernel
+    std::size_t total() const { return sizeof header + frame.size() + data_length; }
+  };
+
+  void submit(Outgoing out, PendingOp op);
+  void send_loop();
+  void receive_loop();
+  // False when the stream broke.
+  bool receive_reply(const ReplyHeader& h);
+  void fail(Errc code, const std::string& reason);
+
+  TcpClientTransport& transport_;
+  std::string peer_;
+  std::string host_port_;  // the data connection's, for describe()
+  util::UniqueFd fd_;
+
+  mutable std::mutex mutex_;  // guards pending_, health_, receiving_
+  std::condition_variable received_;  // receiving_ changed
+  PendingTable<PendingOp> pending_;
+  ChannelHealth health_;
+  const Completion* receiving_ = nullptr;  // whose data the receiver is reading into the caller's memory
+
+  std::mutex send_mutex_;  // guards queue_, sending_, stopping_
+  std::condition_variable send_cv_;
+  std::deque<Outgoing> queue_;  // in stream order; the front may be partly sent
+  bool sending_ = false;        // the sender thread works on queue_.front()
+  bool stopping_ = false;
+
+  std::thread sender_;
+  std::thread receiver_;
+};
+
+}  // namespace smb::transport::tcp
