@@ -193,3 +193,29 @@ TEST_F(TcpHostileTest, TheDaemonStillServesARealClient) {
 }
 
 }  // namespace
+
+namespace {
+
+// --transport-option port=N: the data port a firewall can let through.
+TEST(TcpDataPort, AFixedPortIsTheOneClientsAreGiven) {
+  std::uint16_t free_port = 0;
+  {
+    auto probe = smb::transport::tcp::listen_any(0);
+    free_port = smb::transport::tcp::local_port(probe.get());
+  }
+  smb::test::SmbdOptions options;
+  options.extra_args = {"--transport", "tcp", "--transport-option", "port=" + std::to_string(free_port)};
+  smb::test::SmbdProcess server(options);
+  smb::test::RawConnection session(server.address());
+  session.send(smb::test::msgpack_frame(static_cast<std::uint16_t>(smb::protocol::MessageType::hello), 1,
+                                        {{"client", "port"}, {"transport", "tcp"}}));
+  const auto hello = session.receive();
+  ASSERT_TRUE(hello && hello->body.value("ok", false)) << server.log();
+  const auto& address = hello->body["address"].get_binary();
+  ASSERT_EQ(address.size(), sizeof(WireAddress));
+  WireAddress wire;
+  std::memcpy(&wire, address.data(), sizeof wire);
+  EXPECT_EQ(wire.port, free_port);
+}
+
+}  // namespace

@@ -12,11 +12,13 @@ worker hosts, one process each:
       processes;
   tools/bench/gloo_allreduce.py: torch.distributed's gloo allreduce.
 Each moves --floats f32 per worker (default 25M: 100 MB). Prints the median
-time per exchange (the slowest rank's), each one's speed against MPI's, and
-what the servers used (CPU seconds, RSS).
+time per exchange (the slowest rank's), each one's speed against gloo's and
+MPI's in the same run, and what the servers used (CPU seconds, RSS). The
+SMB rows run over --transport (tcp: our own sockets transport, the default;
+ucx: UCX's TCP lane).
 
 Usage: tools/bench/testbed_exchange.py [--preset ci | --build DIR] [--servers 2 4] [--workers 4]
-           [--link 1gbit] [--floats 25000000] [--iters 3] [--write-docs]
+           [--link 1gbit] [--floats 25000000] [--iters 3] [--transport tcp] [--write-docs]
 Needs root, iproute2 (the testbed) and Open MPI; gloo needs python3-torch.
 Results: build/PRESET/testbed-exchange/.
 """
@@ -47,7 +49,7 @@ def exchange(build, workers, servers, mode, floats, iters, log_dir):
     cmd = host_command(NAME, "h1", "mpirun", "--allow-run-as-root", "--host", hosts, "-np", workers,
                        "--mca", "plm_rsh_agent", AGENT, "--mca", "routed", "direct",
                        "--mca", "oob_tcp_if_include", "eth0", "--mca", "btl_tcp_if_include", "eth0",
-                       "--mca", "btl", "tcp,self",
+                       "--mca", "btl", "tcp,self", "-x", "SMB_TRANSPORT",
                        os.path.join(build, "tools", "smb-exchange-bench"), "--servers", ",".join(servers),
                        "--mode", mode, "--floats", floats, "--iters", iters, "--name", f"x-{mode}")
     env = dict(os.environ, SMB_TESTBED_NAME=NAME)
@@ -106,26 +108,29 @@ def measure(build, workers, n_servers, link, floats, iters, log_dir):
         subprocess.run([TESTBED, "--name", NAME, "down"], capture_output=True)
 
 
-def markdown(results, workers, link, floats, iters):
+def markdown(results, workers, link, floats, iters, transport):
     mb = floats * 4 / 1e6
     out = [BEGIN, "",
            f"Measured by `tools/bench/testbed_exchange.py` on this 2-core machine: {workers} worker hosts and S "
-           f"server hosts, every link {link} both ways, UCX and Open MPI over TCP; {mb:.0f} MB of f32 per "
-           f"worker; the slowest rank's time per exchange, median of {iters} (after one warm-up). Speed is "
-           "MPI_Allreduce's time over the row's (above 1: faster than MPI). Every process shares the same "
-           "2 cores, so these are not the links' figures alone.", "",
-           "| server hosts | exchange | s per exchange | speed vs MPI_Allreduce | server CPU s | server RSS (max) |",
-           "|---|---|---|---|---|---|"]
+           f"server hosts, every link {link} both ways; SMB over its `{transport}` transport, Open MPI and gloo "
+           f"over TCP; {mb:.0f} MB of f32 per worker; the slowest rank's time per exchange, median of {iters} "
+           "(after one warm-up). Speed is the reference's time over the row's (above 1: faster), gloo's and "
+           "MPI_Allreduce's from the same run. Every process shares the same 2 cores, so these are not the "
+           "links' figures alone.", "",
+           "| server hosts | exchange | s per exchange | vs gloo | vs MPI_Allreduce | server CPU s | server RSS (max) |",
+           "|---|---|---|---|---|---|---|"]
     for s, r in results.items():
         mpi = min(r[m]["mpi_median_s"] for m in ("sync", "seasgd"))
+        g = r["gloo"]["gloo_median_s"] if "gloo" in r else None
         for mode, label in (("sync", "SMB synchronous (pipelined)"), ("seasgd", "SMB SEASGD")):
             t = r[mode]["smb_median_s"]
-            out.append(f"| {s} | {label} | {t:.2f} | {mpi / t:.2f}x | {r[mode]['server_cpu_s']:.1f} | "
+            vs_gloo = f"{g / t:.2f}x" if g else "n/a"
+            out.append(f"| {s} | {label} | {t:.2f} | {vs_gloo} | {mpi / t:.2f}x | {r[mode]['server_cpu_s']:.1f} | "
                        f"{r[mode]['server_rss_max'] / 2**20:.0f} MiB |")
-        out.append(f"| {s} | MPI_Allreduce (Open MPI, TCP) | {mpi:.2f} | 1.00x | | |")
-        if "gloo" in r:
-            out.append(f"| {s} | gloo allreduce (torch.distributed) | {r['gloo']['gloo_median_s']:.2f} | "
-                       f"{mpi / r['gloo']['gloo_median_s']:.2f}x | | |")
+        if g:
+            out.append(f"| {s} | gloo allreduce (torch.distributed) | {g:.2f} | 1.00x | {mpi / g:.2f}x | | |")
+        out.append(f"| {s} | MPI_Allreduce (Open MPI, TCP) | {mpi:.2f} | {f'{g / mpi:.2f}x' if g else 'n/a'} | "
+                   "1.00x | | |")
     out += ["", END]
     return "\n".join(out)
 
@@ -139,6 +144,8 @@ def main():
     p.add_argument("--link", default="1gbit")
     p.add_argument("--floats", type=int, default=25_000_000)
     p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--transport", default="tcp", choices=["tcp", "ucx"],
+                   help="SMB's data transport: tcp (ours, default) or ucx (its TCP lane)")
     p.add_argument("--write-docs", action="store_true")
     args = p.parse_args()
     if os.geteuid() != 0:
@@ -146,6 +153,7 @@ def main():
     build = os.path.abspath(args.build) if args.build else os.path.join(ROOT, "build", args.preset)
     if not os.path.exists(os.path.join(build, "tools", "smb-exchange-bench")):
         sys.exit(f"testbed_exchange: {build}/tools/smb-exchange-bench is missing (it needs Open MPI's libopenmpi-dev)")
+    os.environ["SMB_TRANSPORT"] = args.transport  # smbd (testbed_hosts.start_smbd) and every rank (mpirun -x)
     log_dir = os.path.join(build, "testbed-exchange")
     os.makedirs(log_dir, exist_ok=True)
     results = {}
@@ -155,7 +163,7 @@ def main():
         print(json.dumps(results[str(s)]), file=sys.stderr)
     with open(os.path.join(log_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    text = markdown(results, args.workers, args.link, args.floats, args.iters)
+    text = markdown(results, args.workers, args.link, args.floats, args.iters, args.transport)
     print(text)
     if args.write_docs:
         replace_section(os.path.join(ROOT, "docs", "benchmarks.md"), BEGIN, END, text)

@@ -31,13 +31,27 @@ def proc_usage(pid):
     return cpu, rss
 
 
-def start_smbd(name, build, host, log_dir, capacity, timeout=120, listen=None):
-    """smbd on `host`, by default on its address, port 7000: (its Popen,
-    "ADDRESS:PORT") once it is ready."""
+def transport():
+    """The data transport the benchmarks run: SMB_TRANSPORT (libsmb reads it
+    too), else UCX. The benchmarks' --transport sets it."""
+    return os.environ.get("SMB_TRANSPORT") or "ucx"
+
+
+def path_is_tcp(path):
+    """Whether smb-bench's path line says the bytes crossed TCP: UCX's TCP
+    lane ("am: tcp") or our tcp transport ("tcp sockets")."""
+    return "am: tcp" in path or "tcp sockets" in path
+
+
+def start_smbd(name, build, host, log_dir, capacity, timeout=120, listen=None, data_transport=None):
+    """smbd on `host`, by default on its address, port 7000, serving
+    `data_transport` (default: transport()): (its Popen, "ADDRESS:PORT")
+    once it is ready."""
     listen = listen or tb(name, "addr", host).stdout.strip() + ":7000"
     log = open(os.path.join(log_dir, f"smbd-{host}-{listen.replace(':', '-')}.log"), "w+")
     proc = subprocess.Popen(host_command(name, host, os.path.join(build, "smb-server", "smbd"), "--listen",
-                                         listen, "--capacity", str(capacity)),
+                                         listen, "--capacity", str(capacity), "--transport",
+                                         data_transport or transport()),
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + timeout
     while time.time() < deadline:

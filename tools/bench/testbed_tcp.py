@@ -9,10 +9,11 @@ times each (medians reported):
                      missing: apt-get install iperf3);
   ucx_perftest       ucp_am_bw, 1 MiB active messages (UCX's own ceiling);
   smb-bench          write and read of a 64 MiB buffer on one smbd, 1 MiB ops,
-                     1 and 8 in flight (what libsmb moves over TCP: "am: tcp").
+                     1 and 8 in flight, for each --transport: ucx (UCX's
+                     TCP lane, "am: tcp") and tcp (our own sockets transport).
 Prints smb-bench's bandwidth over each reference.
 
-Usage: tools/bench/testbed_tcp.py [--preset ci | --build DIR] [--runs 3] [--write-docs]
+Usage: tools/bench/testbed_tcp.py [--preset ci | --build DIR] [--runs 3] [--transport ucx,tcp] [--write-docs]
 Needs root and iproute2 (the testbed). Results: build/PRESET/testbed-tcp/.
 """
 
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from testbed_hosts import ROOT, host_command, replace_section, start_smbd, tb
+from testbed_hosts import ROOT, host_command, path_is_tcp, replace_section, start_smbd, tb
 
 NAME = "smbtbtcp"
 BEGIN, END = "<!-- testbed-tcp:begin -->", "<!-- testbed-tcp:end -->"
@@ -62,11 +63,12 @@ def am_bw(server_addr):
     return float(final[-1].split()[5]) * 2**20  # MB/s column (UCX's MB are MiB), average
 
 
-def smb(build, address, op, depth):
+def smb(build, address, transport, op, depth):
+    os.environ["SMB_TRANSPORT"] = transport
     out = on("h1", os.path.join(build, "tools", "smb-bench"), "--servers", address, "--op", op, "--size", "64M",
              "--block", "1M", "--iters", 20, "--depth", depth, "--name", "tcp", "--keep", "--json")
     doc = json.loads(out)
-    if not all("am: tcp" in p for p in doc["paths"]):
+    if not all(path_is_tcp(p) for p in doc["paths"]):
         raise RuntimeError(f"smb-bench did not go over TCP: {doc['paths']}")
     return doc["bandwidth_bytes_per_s"]
 
@@ -76,46 +78,52 @@ def median(values):
     return values[len(values) // 2] if values else None
 
 
-def measure(build, runs, log_dir):
+def measure(build, runs, transports, log_dir):
     tb(NAME, "up", "--hosts", "2", "--link", "none")
     try:
         server_addr = tb(NAME, "addr", "h2").stdout.strip()
-        proc, address = start_smbd(NAME, build, "h2", log_dir, 256 << 20)
+        servers = {t: start_smbd(NAME, build, "h2", log_dir, 256 << 20, listen=f"{server_addr}:{7000 + i}",
+                                 data_transport=t) for i, t in enumerate(transports)}
         try:
             have_iperf = shutil.which("iperf3") is not None
-            rows = {"iperf3": [], "am_bw": [], **{f"{op}{d}": [] for op in ("write", "read") for d in (1, 8)}}
+            rows = {"iperf3": [], "am_bw": [],
+                    **{f"{t} {op}{d}": [] for t in transports for op in ("write", "read") for d in (1, 8)}}
             for run in range(runs):
                 print(f"== run {run + 1}/{runs}", file=sys.stderr)
                 rows["iperf3"].append(iperf3(server_addr) if have_iperf else None)
                 rows["am_bw"].append(am_bw(server_addr))
-                for op in ("write", "read"):
-                    for depth in (1, 8):
-                        rows[f"{op}{depth}"].append(smb(build, address, op, depth))
+                for t, (_, address) in servers.items():
+                    for op in ("write", "read"):
+                        for depth in (1, 8):
+                            rows[f"{t} {op}{depth}"].append(smb(build, address, t, op, depth))
             return rows
         finally:
-            proc.kill()
-            proc.wait()
+            for proc, _ in servers.values():
+                proc.kill()
+                proc.wait()
     finally:
         subprocess.run([os.path.join(ROOT, "tools", "testbed", "testbed.sh"), "--name", NAME, "down"],
                        capture_output=True)
 
 
-def markdown(rows, runs):
+def markdown(rows, runs, transports):
     gbit = lambda b: f"{b * 8 / 1e9:.1f}" if b else "n/a"
     iperf, am = median(rows["iperf3"]), median(rows["am_bw"])
     out = [BEGIN, "",
            f"Measured by `tools/bench/testbed_tcp.py` on this 2-core machine: two testbed hosts on an unshaped "
            f"link (veth through a bridge; CPU-bound, not rate-limited), medians of {runs} runs. Gbit/s; "
-           "smb-bench moves 1 MiB ops of a 64 MiB buffer on one smbd over UCX's TCP transport.", "",
+           "smb-bench moves 1 MiB ops of a 64 MiB buffer on one smbd, over UCX's TCP lane (ucx) and over "
+           "our own sockets transport (tcp).", "",
            "| what | Gbit/s | / iperf3 | / ucp_am_bw |", "|---|---|---|---|",
            f"| iperf3, one TCP stream, 1 MiB writes | {gbit(iperf)} | 1.00 | |",
            f"| ucx_perftest ucp_am_bw, 1 MiB | {gbit(am)} | {am / iperf:.2f} | 1.00 |" if iperf else
            f"| ucx_perftest ucp_am_bw, 1 MiB | {gbit(am)} | | 1.00 |"]
-    for op in ("write", "read"):
-        for depth in (1, 8):
-            v = median(rows[f"{op}{depth}"])
-            vs_iperf = f"{v / iperf:.2f}" if iperf else ""
-            out.append(f"| smb-bench {op}, {depth} in flight | {gbit(v)} | {vs_iperf} | {v / am:.2f} |")
+    for t in transports:
+        for op in ("write", "read"):
+            for depth in (1, 8):
+                v = median(rows[f"{t} {op}{depth}"])
+                vs_iperf = f"{v / iperf:.2f}" if iperf else ""
+                out.append(f"| smb-bench {op}, {depth} in flight, {t} | {gbit(v)} | {vs_iperf} | {v / am:.2f} |")
     out += ["", END]
     return "\n".join(out)
 
@@ -125,6 +133,7 @@ def main():
     p.add_argument("--preset", default="ci")
     p.add_argument("--build")
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--transport", default="ucx,tcp", help="comma-separated: ucx (its TCP lane), tcp (ours)")
     p.add_argument("--write-docs", action="store_true")
     args = p.parse_args()
     if os.geteuid() != 0:
@@ -132,10 +141,11 @@ def main():
     build = os.path.abspath(args.build) if args.build else os.path.join(ROOT, "build", args.preset)
     log_dir = os.path.join(build, "testbed-tcp")
     os.makedirs(log_dir, exist_ok=True)
-    rows = measure(build, args.runs, log_dir)
+    transports = args.transport.split(",")
+    rows = measure(build, args.runs, transports, log_dir)
     with open(os.path.join(log_dir, "results.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    text = markdown(rows, args.runs)
+    text = markdown(rows, args.runs, transports)
     print(text)
     if args.write_docs:
         replace_section(os.path.join(ROOT, "docs", "benchmarks.md"), BEGIN, END, text)
