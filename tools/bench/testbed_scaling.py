@@ -6,7 +6,7 @@ For each N (default 1 2 4 8): N server hosts behind --link (default 1gbit)
 each and one client host with an unshaped link (tools/testbed/testbed.sh);
 one smbd per server host; smb-bench on the client writes, then reads, one
 buffer striped over all N (1 MiB stripes, N x --per-server bytes, --passes
-passes), for each --transport (ucx: UCX's TCP lane; tcp: our own). In the
+passes, 1 MiB ops, --depth in flight: 2 per server by default), for each --transport (ucx: UCX's TCP lane; tcp: our own). In the
 same run, iperf3 carries the same flows: one stream from the client to each
 of the N hosts at once (write), and back (read, iperf3 -R). Prints aggregate
 bandwidth, its ratio to iperf3's and to N x the bandwidth with one server,
@@ -41,10 +41,10 @@ def start_smbd(build, host, log_dir, capacity, transport):
     return start_smbd_on(NAME, build, host, log_dir, capacity, data_transport=transport)
 
 
-def bench(build, client, servers, transport, op, size, passes):
+def bench(build, client, servers, transport, op, size, passes, depth):
     cmd = [TESTBED, "--name", NAME, "exec", client, os.path.join(build, "tools", "smb-bench"), "--servers",
            ",".join(servers), "--op", op, "--size", str(size), "--block", "1M", "--stripe-unit", "1M", "--iters",
-           str(passes), "--name", "scaling", "--keep", "--json"]
+           str(passes), "--depth", str(depth), "--name", "scaling", "--keep", "--json"]
     r = subprocess.run(cmd, text=True, capture_output=True, timeout=900, env=dict(os.environ, SMB_TRANSPORT=transport))
     if r.returncode != 0:
         raise RuntimeError(f"smb-bench {op} failed: {r.stderr[-500:]}")
@@ -76,7 +76,7 @@ def iperf3_flows(n, client, reverse, seconds=4):
             s.wait()
 
 
-def measure(build, n, link, per_server, passes, transports, log_dir):
+def measure(build, n, link, per_server, passes, transports, depth, log_dir):
     client = f"h{n + 1}"
     tb("up", "--hosts", str(n + 1), "--link", link, "--link-for", f"{client}=none")
     try:
@@ -93,8 +93,9 @@ def measure(build, n, link, per_server, passes, transports, log_dir):
                     servers.append(address)
                 before = [proc_usage(p.pid) for p in procs]
                 size = n * per_server
-                write = bench(build, client, servers, transport, "write", size, passes)
-                read = bench(build, client, servers, transport, "read", size, passes)
+                in_flight = depth or 2 * n
+                write = bench(build, client, servers, transport, "write", size, passes, in_flight)
+                read = bench(build, client, servers, transport, "read", size, passes, in_flight)
                 after = [proc_usage(p.pid) for p in procs]
                 cpu = sum(a[0] - b[0] for a, b in zip(after, before))
                 rss = max(a[1] for a in after)
@@ -122,7 +123,8 @@ def markdown(results, link, per_server, passes, transports):
     out = [BEGIN, "",
            f"Measured by `tools/bench/testbed_scaling.py` on this 2-core machine: N server hosts behind {link} "
            f"links, one client host with an unshaped link; one buffer striped over the N servers "
-           f"(1 MiB stripes, {per_server // mib} MiB per server, {passes} passes); medians of {len(results)} runs. "
+           f"(1 MiB stripes, {per_server // mib} MiB per server, {passes} passes, 1 MiB ops, 2 per server in "
+           f"flight); medians of {len(results)} runs. "
            "'/ iperf3': against iperf3 carrying the same flows in the same run (a stream to, or from, each "
            "of the N hosts at once). 'of ideal': against N x the one-server bandwidth. Server RSS is mostly "
            "the pool (the share plus 64 MiB), which smbd faults in at start.", "",
@@ -155,6 +157,9 @@ def main():
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--transport", default="tcp", help="comma-separated: ucx (its TCP lane), tcp (ours)")
+    p.add_argument("--depth", type=int, default=0,
+                   help="1 MiB ops in flight (default 0: 2 per server, so that no link idles; with 1, a "
+                        "link's tbf burst of 10 ms lets one op through at line rate and hides the limit)")
     p.add_argument("--write-docs", action="store_true")
     args = p.parse_args()
     if os.geteuid() != 0:
@@ -168,7 +173,7 @@ def main():
         for n in args.servers:
             print(f"== run {run + 1}: {n} server host(s)", file=sys.stderr)
             results[-1][str(n)] = measure(build, n, args.link, args.per_server, args.passes,
-                                          args.transport.split(","), log_dir)
+                                          args.transport.split(","), args.depth, log_dir)
             print(json.dumps(results[-1][str(n)]), file=sys.stderr)
     with open(os.path.join(log_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
