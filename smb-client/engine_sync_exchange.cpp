@@ -6,10 +6,14 @@
 // few stripes on every server (chunk_floats), so each push and each read
 // keeps every server's link busy, not one server's at a time.
 //
-//   push thread:  for chunk k: sum[k] += W[k]/groups (axpy, x inline);
-//                 then ready[k] += 1 (an atomic on the fabric)
+//   push lanes:   for chunk k: sum[k] += W[k]/groups (axpy, x inline);
+//                 then ready[k] += 1 (an atomic on the fabric). Two lanes
+//                 (even and odd chunks), so that a chunk is on the wire
+//                 while the servers add the one before and answer: with
+//                 one, every link idled a round trip per chunk.
 //   this thread:  for chunk k: wait until ready[k] = groups x (exchange+1);
-//                 read sum[k] into W[k]
+//                 read sum[k] into W[k], asynchronously, one chunk ahead
+//                 (the same reason)
 //   then          group 0 copies the sum into the global weights; barrier;
 //                 group 0 zeroes the sum (both on the servers: no bytes on
 //                 the network)
@@ -21,12 +25,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <future>
 #include <thread>
+#include <vector>
 
 namespace smb::detail {
 
 namespace {
+constexpr std::uint64_t kPushLanes = 2;  // chunks pushed at once
+constexpr std::size_t kReadsAhead = 1;   // chunk reads in flight besides the one waited for
 std::span<const std::byte> bytes_of(std::span<const float> v) { return std::as_bytes(v); }
 std::span<std::byte> bytes_of(std::span<float> v) { return std::as_writable_bytes(v); }
 }  // namespace
@@ -57,16 +65,23 @@ void EngineCore::synchronous_exchange(std::span<float> params) {
     const std::uint64_t first = k * per_chunk;
     return std::pair{first, std::min(per_chunk, c.parameters - first)};
   };
-  auto push = std::async(std::launch::async, [&] {
-    for (std::uint64_t k = 0; k < chunks; ++k) {
+  auto lane = [&](std::uint64_t from) {
+    for (std::uint64_t k = from; k < chunks; k += kPushLanes) {
       const auto [first, count] = chunk(k);
       sum.apply(VectorOp::axpy, DType::f32, first * sizeof(float), count, 1.0 / c.groups,
                 bytes_of(std::span<const float>(params).subspan(first, count)));
       ready_.fetch_add(k * sizeof(std::uint64_t), 1);
     }
-  });
+  };
+  std::vector<std::future<void>> push;
+  for (std::uint64_t l = 0; l < kPushLanes; ++l) push.push_back(std::async(std::launch::async, lane, l));
+  const auto wait_pushes = [&] {
+    for (auto& p : push)
+      if (p.valid()) p.wait();
+  };
   // Reads overwrite params chunk by chunk: a chunk is read only after this
   // root's own push of it is counted, so its x has been sent already.
+  std::deque<Request> reads;  // in flight, oldest first
   try {
     const auto deadline = std::chrono::steady_clock::now() + c.timeout;
     for (std::uint64_t k = 0; k < chunks; ++k) {
@@ -80,13 +95,25 @@ void EngineCore::synchronous_exchange(std::span<float> params) {
         pause = std::min(pause * 2, std::chrono::microseconds(1000));
       }
       const auto [first, count] = chunk(k);
-      sum.read(first * sizeof(float), bytes_of(params.subspan(first, count)));
+      reads.push_back(sum.read_async(first * sizeof(float), bytes_of(params.subspan(first, count))));
+      if (reads.size() > kReadsAhead) {
+        reads.front().wait();
+        reads.pop_front();
+      }
     }
+    for (auto& r : reads) r.wait();
+    reads.clear();
   } catch (...) {
-    push.wait();  // it reads params
+    for (auto& r : reads) {  // they write params
+      try {
+        r.wait();
+      } catch (...) {
+      }
+    }
+    wait_pushes();  // they read params
     throw;
   }
-  push.get();
+  for (auto& p : push) p.get();
   // The sum is complete (every chunk counted): group 0 makes it the global
   // weights before the barrier, so that every root finds them there after it.
   if (c.group == 0) {

@@ -91,14 +91,24 @@ TcpChannel::TcpChannel(TcpClientTransport& transport, const Bytes& server_addres
   const std::uint16_t port = decode_port(server_address, peer_);
   const std::string host = util::parse_host_port(peer_, /*allow_zero_port=*/true).host;
   host_port_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
-  fd_ = connect_to(host, port, kConnectWithin, peer_);
-  tune(fd_.get(), kConnectWithin, kConnectWithin);
   if (ticket.size() > kMaxTicket) throw Error(Errc::invalid_argument, "server " + peer_ + ": ticket too long");
+  open(others_, host, port, ticket);
+  open(reads_, host, port, ticket);
+  transport_.add(this);
+  for (Stream* s : {&others_, &reads_}) {
+    s->sender = std::thread([this, s] { send_loop(*s); });
+    s->receiver = std::thread([this, s] { receive_loop(*s); });
+  }
+}
+
+void TcpChannel::open(Stream& s, const std::string& host, std::uint16_t port, std::span<const std::uint8_t> ticket) {
+  s.fd = connect_to(host, port, kConnectWithin, peer_);
+  tune(s.fd.get(), kConnectWithin, kConnectWithin);
   Hello hello;
   hello.ticket_length = static_cast<std::uint32_t>(ticket.size());
   const iovec parts[2] = {{&hello, sizeof hello}, {const_cast<std::uint8_t*>(ticket.data()), ticket.size()}};
   HelloReply reply;
-  if (!send_all(fd_.get(), parts) || !recv_all(fd_.get(), &reply, sizeof reply))
+  if (!send_all(s.fd.get(), parts) || !recv_all(s.fd.get(), &reply, sizeof reply))
     throw Error(Errc::unreachable, "server " + peer_ + ": its tcp data port " + host_port_ +
                                        " did not answer the hello: " + why(errno) +
                                        " (is smbd running there with --transport tcp?)");
@@ -110,27 +120,35 @@ TcpChannel::TcpChannel(TcpClientTransport& transport, const Bytes& server_addres
                                              "admitted (the control session closed?)");
   if (reply.status != 0)
     throw Error(Errc::protocol, "server " + peer_ + ": refused the tcp hello (another smbd version?)");
-  tune(fd_.get(), 0ms, 0ms);  // replies may be far apart; the caller's deadline bounds every wait
-  transport_.add(this);
-  sender_ = std::thread([this] { send_loop(); });
-  receiver_ = std::thread([this] { receive_loop(); });
+  tune(s.fd.get(), 0ms, 0ms);  // replies may be far apart; the caller's deadline bounds every wait
 }
 
 TcpChannel::~TcpChannel() {
-  ::shutdown(fd_.get(), SHUT_RDWR);
-  {
-    std::lock_guard lock(send_mutex_);
-    stopping_ = true;
+  shut_down();
+  for (Stream* s : {&others_, &reads_}) {
+    {
+      std::lock_guard lock(s->send_mutex);
+      s->stopping = true;
+    }
+    s->send_cv.notify_all();
   }
-  send_cv_.notify_all();
-  sender_.join();
-  receiver_.join();
+  for (Stream* s : {&others_, &reads_}) {
+    if (s->sender.joinable()) s->sender.join();
+    if (s->receiver.joinable()) s->receiver.join();
+  }
   transport_.remove(this);
   std::lock_guard lock(mutex_);
   pending_.fail_all(Errc::server_gone, "server " + peer_ + ": channel closed");
 }
 
-std::string TcpChannel::describe() const { return "tcp sockets to " + host_port_ + " (server-assisted)"; }
+void TcpChannel::shut_down() {
+  for (Stream* s : {&others_, &reads_})
+    if (s->fd) ::shutdown(s->fd.get(), SHUT_RDWR);
+}
+
+std::string TcpChannel::describe() const {
+  return "tcp sockets to " + host_port_ + " (server-assisted; reads on a stream of their own)";
+}
 
 std::unique_ptr<RemoteSegment> TcpChannel::attach(const SegmentDescriptor& segment) {
   return std::make_unique<TcpRemoteSegment>(segment);
@@ -224,15 +242,16 @@ std::array<iovec, 3> parts_of(const RequestHeader& header, const std::vector<std
 
 void TcpChannel::submit(Outgoing out, PendingOp op) {
   const char* what = op.what;
+  Stream& s = stream_for(op.kind);
   {
     std::lock_guard lock(mutex_);
     if (!health_.admit(out.completion, what)) return;
     out.header.token = pending_.add(std::move(op));
   }
-  std::unique_lock lock(send_mutex_);
-  if (queue_.empty()) {  // nothing before it on the stream: as much as the socket takes now
+  std::unique_lock lock(s.send_mutex);
+  if (s.queue.empty()) {  // nothing before it on the stream: as much as the socket takes now
     const auto parts = parts_of(out.header, out.frame, out.data, out.data_length);
-    const long n = send_from(fd_.get(), parts, 0, MSG_DONTWAIT);
+    const long n = send_from(s.fd.get(), parts, 0, MSG_DONTWAIT);
     if (n < 0) {
       const int error = errno;
       lock.unlock();
@@ -242,30 +261,30 @@ void TcpChannel::submit(Outgoing out, PendingOp op) {
     if (static_cast<std::size_t>(n) == out.total()) return;
     out.sent = static_cast<std::size_t>(n);
   }
-  queue_.push_back(std::move(out));
-  send_cv_.notify_all();
+  s.queue.push_back(std::move(out));
+  s.send_cv.notify_all();
 }
 
-void TcpChannel::send_loop() {
-  std::unique_lock lock(send_mutex_);
+void TcpChannel::send_loop(Stream& s) {
+  std::unique_lock lock(s.send_mutex);
   for (;;) {
-    send_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (stopping_) return;
-    sending_ = true;
-    Outgoing& out = queue_.front();  // stays put while others push_back (std::deque)
+    s.send_cv.wait(lock, [&] { return s.stopping || !s.queue.empty(); });
+    if (s.stopping) return;
+    s.sending = true;
+    Outgoing& out = s.queue.front();  // stays put while others push_back (std::deque)
     lock.unlock();
     const auto parts = parts_of(out.header, out.frame, out.data, out.data_length);
     bool ok = true;
     while (ok && out.sent < out.total()) {
-      const long n = send_from(fd_.get(), parts, out.sent, 0);
+      const long n = send_from(s.fd.get(), parts, out.sent, 0);
       ok = n > 0;
       if (ok) out.sent += static_cast<std::size_t>(n);
     }
     const int error = errno;
     lock.lock();
-    queue_.pop_front();
-    sending_ = false;
-    send_cv_.notify_all();
+    s.queue.pop_front();
+    s.sending = false;
+    s.send_cv.notify_all();
     if (!ok) {
       lock.unlock();
       fail(Errc::server_gone, "server " + peer_ + ": sending: " + why(error));
@@ -274,20 +293,20 @@ void TcpChannel::send_loop() {
   }
 }
 
-void TcpChannel::receive_loop() {
+void TcpChannel::receive_loop(Stream& s) {
   ReplyHeader h;
-  while (recv_all(fd_.get(), &h, sizeof h))
-    if (!receive_reply(h)) break;
+  while (recv_all(s.fd.get(), &h, sizeof h))
+    if (!receive_reply(s, h)) break;
   const int error = errno;
   fail(Errc::server_gone, "server " + peer_ + ": its tcp data connection closed (" + why(error) + ")");
 }
 
-bool TcpChannel::receive_reply(const ReplyHeader& h) {
+bool TcpChannel::receive_reply(Stream& s, const ReplyHeader& h) {
   std::unique_lock lock(mutex_);
   auto op = pending_.take(h.token);
   if (!op) {  // its op was abandoned (or failed): drop the data
     lock.unlock();
-    return h.length <= kMaxCallPayload && discard(fd_.get(), h.length);
+    return h.length <= kMaxCallPayload && discard(s.fd.get(), h.length);
   }
   const std::string context = "server " + peer_ + ": " + op->what;
   const auto code = h.status >= 0 && h.status <= static_cast<int>(kLastErrc) ? static_cast<Errc>(h.status)
@@ -301,19 +320,19 @@ bool TcpChannel::receive_reply(const ReplyHeader& h) {
                                                " bytes, expected " + std::to_string(expected));
     return false;  // the stream cannot be followed any more
   }
-  receiving_ = op->completion.get();
+  s.receiving = op->completion.get();
   lock.unlock();
   bool ok = true;
   if (h.length != 0) {
     if (op->kind == Kind::call) {
       op->reply->resize(static_cast<std::size_t>(h.length));
-      ok = recv_all(fd_.get(), op->reply->data(), op->reply->size());
+      ok = recv_all(s.fd.get(), op->reply->data(), op->reply->size());
     } else {
-      ok = recv_all(fd_.get(), op->dst, op->length);  // straight into the caller's memory
+      ok = recv_all(s.fd.get(), op->dst, op->length);  // straight into the caller's memory
     }
   }
   lock.lock();
-  receiving_ = nullptr;
+  s.receiving = nullptr;
   received_.notify_all();
   lock.unlock();
   if (!ok) {
@@ -334,7 +353,7 @@ void TcpChannel::fail(Errc code, const std::string& reason) {
     health_.fail(reason);
     pending_.fail_all(code, health_.reason());
   }
-  ::shutdown(fd_.get(), SHUT_RDWR);
+  shut_down();
   transport_.completed();
 }
 
@@ -350,35 +369,38 @@ std::optional<std::string> TcpChannel::failure() const {
 // on the wire, or whose reply is being read, cannot be cut out of the
 // stream: the channel closes.
 void TcpChannel::drop(const Completion& completion) {
+  const bool broken = drop_from(others_, completion) | drop_from(reads_, completion);
+  if (broken) fail(Errc::timeout, "server " + peer_ + ": an op timed out with its data on the wire; channel closed");
+}
+
+bool TcpChannel::drop_from(Stream& s, const Completion& completion) {
   bool broken = false;
   {
-    std::unique_lock lock(send_mutex_);
-    const auto in_flight = [&] { return sending_ && queue_.front().completion.get() == &completion; };
+    std::unique_lock lock(s.send_mutex);
+    const auto in_flight = [&] { return s.sending && s.queue.front().completion.get() == &completion; };
     if (in_flight()) {
       broken = true;
-      ::shutdown(fd_.get(), SHUT_RDWR);
-      send_cv_.wait(lock, [&] { return !in_flight(); });
+      shut_down();
+      s.send_cv.wait(lock, [&] { return !in_flight(); });
     }
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      const bool busy = sending_ && it == queue_.begin();
+    for (auto it = s.queue.begin(); it != s.queue.end();) {
+      const bool busy = s.sending && it == s.queue.begin();
       if (!busy && it->completion.get() == &completion) {
         broken = broken || it->sent != 0;
-        it = queue_.erase(it);
+        it = s.queue.erase(it);
       } else {
         ++it;
       }
     }
   }
-  {
-    std::unique_lock lock(mutex_);
-    pending_.forget(completion);
-    if (receiving_ == &completion) {
-      broken = true;
-      ::shutdown(fd_.get(), SHUT_RDWR);
-      received_.wait(lock, [&] { return receiving_ != &completion; });
-    }
+  std::unique_lock lock(mutex_);
+  pending_.forget(completion);
+  if (s.receiving == &completion) {
+    broken = true;
+    shut_down();
+    received_.wait(lock, [&] { return s.receiving != &completion; });
   }
-  if (broken) fail(Errc::timeout, "server " + peer_ + ": an op timed out with its data on the wire; channel closed");
+  return broken;
 }
 
 }  // namespace smb::transport::tcp

@@ -1,7 +1,16 @@
 #pragma once
-// A client's side of the tcp transport: one TCP connection per server, and
-// two threads per connection, so that neither direction waits for the
-// other or for the caller.
+// A client's side of the tcp transport: two TCP connections per server
+// (streams), and two threads per stream, so that neither direction waits
+// for the other or for the caller.
+//
+//   streams    Reads go on their own stream; everything else (writes,
+//              calls, atomics) on the other. On one stream a read's request
+//              queued behind a megabyte of write payload, and smbd's thread
+//              for the stream, busy receiving that payload, answered it only
+//              after: a worker pushing and pulling at once (the update
+//              engine's exchange) left its inbound link idle meanwhile.
+//              Two streams make the two directions independent, as two
+//              flows; smbd serves each with its own thread.
 //
 //   sending    An op goes out from the caller's thread at once, without
 //              blocking (MSG_DONTWAIT), while nothing is queued before it;
@@ -92,6 +101,7 @@ class TcpChannel final : public Channel {
   void drop(const Completion& completion);
 
  private:
+  struct Stream;
   // An op sent, until its reply came: where the reply's data goes.
   struct PendingOp {
     CompletionPtr completion;
@@ -112,32 +122,41 @@ class TcpChannel final : public Channel {
     std::size_t total() const { return sizeof header + frame.size() + data_length; }
   };
 
+  // One TCP connection and its two threads.
+  struct Stream {
+    util::UniqueFd fd;
+    std::mutex send_mutex;  // guards queue, sending, stopping
+    std::condition_variable send_cv;
+    std::deque<Outgoing> queue;  // in stream order; the front may be partly sent
+    bool sending = false;        // the sender thread works on queue.front()
+    bool stopping = false;
+    const Completion* receiving = nullptr;  // under the channel's mutex_: whose data the receiver reads
+    std::thread sender;
+    std::thread receiver;
+  };
+
+  Stream& stream_for(Kind kind) { return kind == Kind::get ? reads_ : others_; }
+  void open(Stream& s, const std::string& host, std::uint16_t port, std::span<const std::uint8_t> ticket);
   void submit(Outgoing out, PendingOp op);
-  void send_loop();
-  void receive_loop();
+  void send_loop(Stream& s);
+  void receive_loop(Stream& s);
   // False when the stream broke.
-  bool receive_reply(const ReplyHeader& h);
+  bool receive_reply(Stream& s, const ReplyHeader& h);
   void fail(Errc code, const std::string& reason);
+  bool drop_from(Stream& s, const Completion& completion);  // true when the channel must close
+  void shut_down();  // both streams' sockets
 
   TcpClientTransport& transport_;
   std::string peer_;
-  std::string host_port_;  // the data connection's, for describe()
-  util::UniqueFd fd_;
+  std::string host_port_;  // the data port's, for describe()
 
-  mutable std::mutex mutex_;  // guards pending_, health_, receiving_
-  std::condition_variable received_;  // receiving_ changed
+  mutable std::mutex mutex_;  // guards pending_, health_, each stream's `receiving`
+  std::condition_variable received_;  // a stream's `receiving` changed
   PendingTable<PendingOp> pending_;
   ChannelHealth health_;
-  const Completion* receiving_ = nullptr;  // whose data the receiver is reading into the caller's memory
 
-  std::mutex send_mutex_;  // guards queue_, sending_, stopping_
-  std::condition_variable send_cv_;
-  std::deque<Outgoing> queue_;  // in stream order; the front may be partly sent
-  bool sending_ = false;        // the sender thread works on queue_.front()
-  bool stopping_ = false;
-
-  std::thread sender_;
-  std::thread receiver_;
+  Stream others_;  // writes, calls, atomics
+  Stream reads_;   // reads
 };
 
 }  // namespace smb::transport::tcp

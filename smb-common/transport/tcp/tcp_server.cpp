@@ -82,6 +82,12 @@ class TcpServerTransport::Connection : public std::enable_shared_from_this<Conne
     std::lock_guard lock(ticket_mutex);
     return has_ticket && ticket.admitted(admission);
   }
+  // A ticket was presented and its session has closed (a connection still
+  // in its hello is not: its own thread checks the ticket when it comes).
+  bool revoked(const ChannelAdmission& admission) {
+    std::lock_guard lock(ticket_mutex);
+    return has_ticket && !ticket.admitted(admission);
+  }
   void set_ticket(std::span<const std::uint8_t> bytes) {
     std::lock_guard lock(ticket_mutex);
     ticket = AdmittedTicket(bytes);
@@ -220,7 +226,7 @@ void TcpServerTransport::reap() {
 void TcpServerTransport::drop_revoked() {
   std::lock_guard lock(mutex_);
   for (auto& [raw, c] : connections_)
-    if (!c->admitted(admission_)) c->cut_off();
+    if (c->revoked(admission_)) c->cut_off();
 }
 
 bool TcpServerTransport::handshake(Connection& c) {
