@@ -187,27 +187,26 @@ void TcpChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::s
 
 void TcpChannel::fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value, std::uint64_t* old_value,
                            const CompletionPtr& completion) {
-  Outgoing out;
-  out.completion = completion;
-  out.header.kind = static_cast<std::uint32_t>(Kind::atomic);
-  out.header.atomic_op = static_cast<std::uint32_t>(AtomicOp::fetch_add);
-  out.header.segment_id = seg.descriptor().id;
-  out.header.offset = offset;
-  out.header.operand = value;
-  submit(std::move(out), PendingOp{completion, Kind::atomic, "fetch-add", old_value, sizeof *old_value});
+  atomic(AtomicOp::fetch_add, "fetch-add", seg, offset, value, 0, old_value, completion);
 }
 
 void TcpChannel::compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uint64_t expected,
                               std::uint64_t desired, std::uint64_t* old_value, const CompletionPtr& completion) {
+  atomic(AtomicOp::compare_swap, "compare-swap", seg, offset, desired, expected, old_value, completion);
+}
+
+void TcpChannel::atomic(AtomicOp op, const char* what, RemoteSegment& seg, std::uint64_t offset,
+                        std::uint64_t operand, std::uint64_t compare, std::uint64_t* old_value,
+                        const CompletionPtr& completion) {
   Outgoing out;
   out.completion = completion;
   out.header.kind = static_cast<std::uint32_t>(Kind::atomic);
-  out.header.atomic_op = static_cast<std::uint32_t>(AtomicOp::compare_swap);
+  out.header.atomic_op = static_cast<std::uint32_t>(op);
   out.header.segment_id = seg.descriptor().id;
   out.header.offset = offset;
-  out.header.operand = desired;
-  out.header.compare = expected;
-  submit(std::move(out), PendingOp{completion, Kind::atomic, "compare-swap", old_value, sizeof *old_value});
+  out.header.operand = operand;
+  out.header.compare = compare;
+  submit(std::move(out), PendingOp{completion, Kind::atomic, what, old_value, sizeof *old_value});
 }
 
 void TcpChannel::call(std::span<const std::uint8_t> frame, std::span<const std::byte> payload, Bytes* reply,

@@ -135,6 +135,8 @@ class TcpChannel final : public Channel {
     std::thread receiver;
   };
 
+  void atomic(AtomicOp op, const char* what, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
+              std::uint64_t compare, std::uint64_t* old_value, const CompletionPtr& completion);
   Stream& stream_for(Kind kind) { return kind == Kind::get ? reads_ : others_; }
   void open(Stream& s, const std::string& host, std::uint16_t port, std::span<const std::uint8_t> ticket);
   void submit(Outgoing out, PendingOp op);

@@ -53,7 +53,11 @@ RequestCheck check_request(const SegmentResolver& resolver, const RequestHeader&
 // One client connection. Sends are whole messages under send_mutex; a reply
 // from another thread that finds it taken is queued, and whoever holds the
 // mutex sends the queue before it lets go (flush), so no thread waits on a
-// client's slow link but the connection's own.
+// client's slow link but the connection's own. Another thread (the worker
+// pool answering a call) never blocks on the socket: a reply it cannot hand
+// to the kernel at once means the client stopped reading replies that are
+// a few dozen bytes each, and it is cut off (the bound reply_queue.hpp
+// states for every transport).
 class TcpServerTransport::Connection : public std::enable_shared_from_this<Connection> {
  public:
   explicit Connection(util::UniqueFd socket) : fd(std::move(socket)) {}
@@ -63,20 +67,23 @@ class TcpServerTransport::Connection : public std::enable_shared_from_this<Conne
     bool ok;
     {
       std::lock_guard lock(send_mutex);
-      ok = send_locked(h, data, length);
+      ok = send_locked(h, data, length, true);
     }
-    flush();
+    flush(true);
     return ok;
   }
-  // A call's reply, from any thread.
-  void queue_reply(std::uint64_t token, Bytes frame) {
+  // A call's reply, from any thread; `own_thread`: the connection's (which may block).
+  void queue_reply(std::uint64_t token, Bytes frame, bool own_thread) {
     {
       std::lock_guard lock(queue_mutex);
       queued.push_back(Queued{token, std::move(frame)});
     }
-    flush();
+    flush(own_thread);
   }
-  void cut_off() { ::shutdown(fd.get(), SHUT_RDWR); }
+  void cut_off() {
+    cut.store(true, std::memory_order_relaxed);
+    ::shutdown(fd.get(), SHUT_RDWR);
+  }
 
   bool admitted(const ChannelAdmission& admission) {
     std::lock_guard lock(ticket_mutex);
@@ -99,19 +106,24 @@ class TcpServerTransport::Connection : public std::enable_shared_from_this<Conne
   std::atomic<bool> finished{false};
 
  private:
+  std::atomic<bool> cut{false};
   struct Queued {
     std::uint64_t token;
     Bytes frame;
   };
-  bool send_locked(const ReplyHeader& h, const void* data, std::size_t length) {
+  bool send_locked(const ReplyHeader& h, const void* data, std::size_t length, bool may_block) {
     const iovec parts[2] = {{const_cast<ReplyHeader*>(&h), sizeof h}, {const_cast<void*>(data), length}};
-    if (send_all(fd.get(), parts)) return true;
+    const bool sent = may_block ? send_all(fd.get(), parts)
+                                : send_from(fd.get(), parts, 0, MSG_DONTWAIT) == static_cast<long>(sizeof h + length);
+    if (sent) return true;
+    if (!may_block && !cut.load(std::memory_order_relaxed))
+      spdlog::warn("tcp transport: a client does not read its replies; cutting it off");
     cut_off();
     return false;
   }
   // Sends what other threads queued, unless another thread holds the send
   // mutex: that one looks at the queue again after it lets go.
-  void flush() {
+  void flush(bool may_block) {
     for (;;) {
       {
         std::unique_lock lock(send_mutex, std::try_to_lock);
@@ -127,7 +139,7 @@ class TcpServerTransport::Connection : public std::enable_shared_from_this<Conne
             ReplyHeader h;
             h.token = r.token;
             h.length = r.frame.size();
-            send_locked(h, r.frame.data(), r.frame.size());
+            send_locked(h, r.frame.data(), r.frame.size(), may_block);
           }
         }
       }
@@ -295,9 +307,11 @@ bool TcpServerTransport::serve_request(Connection& c, const RequestHeader& h) {
       Bytes payload(static_cast<std::size_t>(h.length));
       if (!recv_all(c.fd.get(), frame.data(), frame.size()) || !recv_all(c.fd.get(), payload.data(), payload.size()))
         return false;
-      calls_(std::move(frame), std::move(payload), [weak = c.weak_from_this(), token = h.token](Bytes reply_frame) {
-        if (auto alive = weak.lock()) alive->queue_reply(token, std::move(reply_frame));
-      });
+      calls_(std::move(frame), std::move(payload),
+             [weak = c.weak_from_this(), token = h.token, own = std::this_thread::get_id()](Bytes reply_frame) {
+               if (auto alive = weak.lock())
+                 alive->queue_reply(token, std::move(reply_frame), std::this_thread::get_id() == own);
+             });
       return true;
     }
   }
