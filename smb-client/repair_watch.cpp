@@ -163,6 +163,11 @@ void ClientCore::start_watcher(const std::string& keeper) {
 // The thread keeps only a weak hold on the client, and none while it waits,
 // so that dropping the last Buffer ends the client (and this thread) at once.
 void ClientCore::watch_keeper(std::weak_ptr<ClientCore> weak, std::string keeper) {
+  // Its own reference to the logger: spdlog's registry (and the default
+  // logger's pointer in it) goes with the process's statics, and an ASan run
+  // saw this thread log after they were gone (a test process ending, after
+  // a failed test, while this thread still ran).
+  const auto log = spdlog::default_logger();
   std::shared_ptr<client::ControlConnection> connection;
   std::uint64_t holder = 0;
   for (;;) {
@@ -181,7 +186,7 @@ void ClientCore::watch_keeper(std::weak_ptr<ClientCore> weak, std::string keeper
                                kWatchWait);
     } catch (const Error& e) {
       // The keeper is gone, and our holds there with it: no repair can pause us now.
-      spdlog::debug("repair watch on {} ends: {}", keeper, e.what());
+      log->debug("repair watch on {} ends: {}", keeper, e.what());
       gone = true;
     }
     auto self = weak.lock();
@@ -190,7 +195,7 @@ void ClientCore::watch_keeper(std::weak_ptr<ClientCore> weak, std::string keeper
       try {
         self->answer_pause(keeper, *connection, holder, reply);
       } catch (const Error& e) {
-        spdlog::warn("answering a repair's pause of '{}' on {}: {}", reply.value("name", std::string()), keeper, e.what());
+        log->warn("answering a repair's pause of '{}' on {}: {}", reply.value("name", std::string()), keeper, e.what());
       }
       continue;
     }
@@ -206,7 +211,7 @@ void ClientCore::watch_keeper(std::weak_ptr<ClientCore> weak, std::string keeper
         }
         for (const auto& buffer : buffers) buffer->learn_stale(layout.stale);
       } catch (const Error& e) {
-        spdlog::warn("repair watch on {}: news of a stale copy: {}", keeper, e.what());
+        log->warn("repair watch on {}: news of a stale copy: {}", keeper, e.what());
       }
       continue;
     }
