@@ -161,14 +161,20 @@ ChannelCaps TcpChannel::caps() const {
                      .max_call_payload = kMaxCallPayload};
 }
 
-void TcpChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
-                     const CompletionPtr& completion) {
+TcpChannel::Outgoing TcpChannel::request(Kind kind, const RemoteSegment& seg, std::uint64_t offset,
+                                         std::uint64_t length, const CompletionPtr& completion) {
   Outgoing out;
   out.completion = completion;
-  out.header.kind = static_cast<std::uint32_t>(Kind::put);
+  out.header.kind = static_cast<std::uint32_t>(kind);
   out.header.segment_id = seg.descriptor().id;
   out.header.offset = offset;
   out.header.length = length;
+  return out;
+}
+
+void TcpChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
+                     const CompletionPtr& completion) {
+  Outgoing out = request(Kind::put, seg, offset, length, completion);
   out.data = src;
   out.data_length = length;
   submit(std::move(out), PendingOp{completion, Kind::put, "write"});
@@ -176,13 +182,7 @@ void TcpChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, 
 
 void TcpChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::size_t length,
                      const CompletionPtr& completion) {
-  Outgoing out;
-  out.completion = completion;
-  out.header.kind = static_cast<std::uint32_t>(Kind::get);
-  out.header.segment_id = seg.descriptor().id;
-  out.header.offset = offset;
-  out.header.length = length;
-  submit(std::move(out), PendingOp{completion, Kind::get, "read", dst, length});
+  submit(request(Kind::get, seg, offset, length, completion), PendingOp{completion, Kind::get, "read", dst, length});
 }
 
 void TcpChannel::fetch_add(RemoteSegment& seg, std::uint64_t offset, std::uint64_t value, std::uint64_t* old_value,
@@ -198,12 +198,8 @@ void TcpChannel::compare_swap(RemoteSegment& seg, std::uint64_t offset, std::uin
 void TcpChannel::atomic(AtomicOp op, const char* what, RemoteSegment& seg, std::uint64_t offset,
                         std::uint64_t operand, std::uint64_t compare, std::uint64_t* old_value,
                         const CompletionPtr& completion) {
-  Outgoing out;
-  out.completion = completion;
-  out.header.kind = static_cast<std::uint32_t>(Kind::atomic);
+  Outgoing out = request(Kind::atomic, seg, offset, 0, completion);
   out.header.atomic_op = static_cast<std::uint32_t>(op);
-  out.header.segment_id = seg.descriptor().id;
-  out.header.offset = offset;
   out.header.operand = operand;
   out.header.compare = compare;
   submit(std::move(out), PendingOp{completion, Kind::atomic, what, old_value, sizeof *old_value});

@@ -135,6 +135,9 @@ class TcpChannel final : public Channel {
     std::thread receiver;
   };
 
+  // A request's header for an op on `seg` (puts and atomics add to it).
+  static Outgoing request(Kind kind, const RemoteSegment& seg, std::uint64_t offset, std::uint64_t length,
+                          const CompletionPtr& completion);
   void atomic(AtomicOp op, const char* what, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
               std::uint64_t compare, std::uint64_t* old_value, const CompletionPtr& completion);
   Stream& stream_for(Kind kind) { return kind == Kind::get ? reads_ : others_; }
