@@ -282,8 +282,8 @@ void config_seeds() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: fuzz_make_seeds DIR\n";
+  if (argc != 2 || argv[1][0] == '-') {  // `--help` is not a directory to fill
+    std::cerr << "usage: fuzz_make_seeds DIR (e.g. tests/fuzz/corpus)\n";
     return 2;
   }
   root = argv[1];
