@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       const auto what = static_cast<tcp::Kind>(h->kind);
       if (what == tcp::Kind::atomic) {
-        (void)apply_atomic(AtomicRequest{h->segment_id, h->offset, h->atomic_op, h->operand, h->compare}, access);
+        (void)apply_atomic(tcp::atomic_request(*h), access);
       } else if ((what == tcp::Kind::put || what == tcp::Kind::get) && h->length != 0) {
         std::vector<std::byte> staging(h->length);
         std::memcpy(staging.data(), access.base + h->offset, h->length);

@@ -32,8 +32,8 @@ BEGIN, END = "<!-- testbed-tcp:begin -->", "<!-- testbed-tcp:end -->"
 PORT_IPERF, PORT_PERFTEST = 5201, 13350
 
 
-def on(host, *argv, timeout=300):
-    r = subprocess.run(host_command(NAME, host, *argv), text=True, capture_output=True, timeout=timeout)
+def on(host, *argv, timeout=300, env=None):
+    r = subprocess.run(host_command(NAME, host, *argv), text=True, capture_output=True, timeout=timeout, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"{argv[0]} on {host} failed: {(r.stdout + r.stderr)[-500:]}")
     return r.stdout
@@ -64,9 +64,9 @@ def am_bw(server_addr):
 
 
 def smb(build, address, transport, op, depth):
-    os.environ["SMB_TRANSPORT"] = transport
     out = on("h1", os.path.join(build, "tools", "smb-bench"), "--servers", address, "--op", op, "--size", "64M",
-             "--block", "1M", "--iters", 20, "--depth", depth, "--name", "tcp", "--keep", "--json")
+             "--block", "1M", "--iters", 20, "--depth", depth, "--name", "tcp", "--keep", "--json",
+             env=dict(os.environ, SMB_TRANSPORT=transport))
     doc = json.loads(out)
     if not all(path_is_tcp(p) for p in doc["paths"]):
         raise RuntimeError(f"smb-bench did not go over TCP: {doc['paths']}")

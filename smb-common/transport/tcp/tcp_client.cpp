@@ -303,7 +303,8 @@ bool TcpChannel::receive_reply(Stream& s, const ReplyHeader& h) {
     lock.unlock();
     return h.length <= kMaxCallPayload && discard(s.fd.get(), h.length);
   }
-  const std::string context = "server " + peer_ + ": " + op->what;
+  // Only failures are told, so the text is built only for them (hot path).
+  const auto context = [&] { return "server " + peer_ + ": " + op->what; };
   const auto code = h.status >= 0 && h.status <= static_cast<int>(kLastErrc) ? static_cast<Errc>(h.status)
                                                                              : Errc::protocol;
   const std::uint64_t expected = code != Errc::ok       ? 0
@@ -311,31 +312,33 @@ bool TcpChannel::receive_reply(Stream& s, const ReplyHeader& h) {
                                                           : op->length;
   if (h.length != expected) {
     lock.unlock();
-    op->completion->finish(Errc::protocol, context + ": reply carries " + std::to_string(h.length) +
+    op->completion->finish(Errc::protocol, context() + ": reply carries " + std::to_string(h.length) +
                                                " bytes, expected " + std::to_string(expected));
     return false;  // the stream cannot be followed any more
   }
-  s.receiving = op->completion.get();
-  lock.unlock();
   bool ok = true;
-  if (h.length != 0) {
+  if (h.length == 0) {  // nothing goes into the caller's memory
+    lock.unlock();
+  } else {
+    s.receiving = op->completion.get();  // drop() waits for it before the caller gets the memory back
+    lock.unlock();
     if (op->kind == Kind::call) {
       op->reply->resize(static_cast<std::size_t>(h.length));
       ok = recv_all(s.fd.get(), op->reply->data(), op->reply->size());
     } else {
       ok = recv_all(s.fd.get(), op->dst, op->length);  // straight into the caller's memory
     }
+    lock.lock();
+    s.receiving = nullptr;
+    received_.notify_all();
+    lock.unlock();
   }
-  lock.lock();
-  s.receiving = nullptr;
-  received_.notify_all();
-  lock.unlock();
   if (!ok) {
-    op->completion->finish(Errc::server_gone, context + ": the connection closed during the reply");
+    op->completion->finish(Errc::server_gone, context() + ": the connection closed during the reply");
     return false;
   }
   if (code != Errc::ok)
-    op->completion->finish(code, context + " refused: " + errc_name(code));
+    op->completion->finish(code, context() + " refused: " + errc_name(code));
   else
     op->completion->finish();
   transport_.completed();
@@ -364,8 +367,9 @@ std::optional<std::string> TcpChannel::failure() const {
 // on the wire, or whose reply is being read, cannot be cut out of the
 // stream: the channel closes.
 void TcpChannel::drop(const Completion& completion) {
-  const bool broken = drop_from(others_, completion) | drop_from(reads_, completion);
-  if (broken) fail(Errc::timeout, "server " + peer_ + ": an op timed out with its data on the wire; channel closed");
+  const bool others_broken = drop_from(others_, completion);
+  const bool reads_broken = drop_from(reads_, completion);  // both streams, whatever the first found
+  if (others_broken || reads_broken) fail(Errc::timeout, "server " + peer_ + ": an op timed out with its data on the wire; channel closed");
 }
 
 bool TcpChannel::drop_from(Stream& s, const Completion& completion) {

@@ -41,7 +41,7 @@ RequestCheck check_request(const SegmentResolver& resolver, const RequestHeader&
     case Kind::get:
       return {check_range(resolver, h.segment_id, h.offset, h.length, access), 0, false};
     case Kind::atomic:
-      return {check_atomic(resolver, AtomicRequest{h.segment_id, h.offset, h.atomic_op, h.operand, h.compare}, access),
+      return {check_atomic(resolver, atomic_request(h), access),
               0, false};
     case Kind::call:
       if (h.frame_length > kMaxCallFrame || h.length > kMaxCallPayload) return {Errc::protocol, 0, true};
@@ -296,8 +296,7 @@ bool TcpServerTransport::serve_request(Connection& c, const RequestHeader& h) {
       reply.length = h.length;
       return c.send(reply, access.base + h.offset, h.length);
     case Kind::atomic: {
-      const std::uint64_t old =
-          apply_atomic(AtomicRequest{h.segment_id, h.offset, h.atomic_op, h.operand, h.compare}, access);
+      const std::uint64_t old = apply_atomic(atomic_request(h), access);
       traffic_.atomics.fetch_add(1, std::memory_order_relaxed);
       reply.length = sizeof old;
       return c.send(reply, &old, sizeof old);

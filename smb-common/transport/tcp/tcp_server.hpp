@@ -13,8 +13,6 @@
 #include "util/fd.hpp"
 #include "util/service_thread.hpp"
 
-#include <sys/uio.h>
-
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,9 +36,8 @@ class TcpServerTransport final : public ServerTransport {
   void stop() override;
   const ServerTraffic* traffic() const override { return &traffic_; }
 
-  class Connection;
-
  private:
+  class Connection;  // tcp_server.cpp
   void accept_loop(const std::stop_token& stop);
   void serve(Connection& c);
   bool handshake(Connection& c);

@@ -86,4 +86,9 @@ struct RequestCheck {
 };
 RequestCheck check_request(const SegmentResolver& resolver, const RequestHeader& h, SegmentAccess& access);
 
+// An atomic request's fields as the shared server ops take them.
+inline AtomicRequest atomic_request(const RequestHeader& h) {
+  return AtomicRequest{h.segment_id, h.offset, h.atomic_op, h.operand, h.compare};
+}
+
 }  // namespace smb::transport::tcp
