@@ -74,6 +74,9 @@ class EngineCore {
   std::vector<float> last_pull_;        // downpour
   std::shared_ptr<SeasgdPush> seasgd_push_;  // the last SEASGD exchange's push, overlapping what follows
   std::unique_ptr<gpu::GpuGroup> gpu_;  // cuda_device >= 0: NCCL group, stream, host staging
+  // Synchronous mode, group 0: the last exchange's sum being zeroed on the
+  // servers. Last, so that it is waited for before the buffers go.
+  std::future<void> zeroing_;
 };
 
 }  // namespace detail

@@ -14,9 +14,10 @@
 //   this thread:  for chunk k: wait until ready[k] = groups x (exchange+1);
 //                 read sum[k] into W[k], asynchronously, one chunk ahead
 //                 (the same reason)
-//   then          group 0 copies the sum into the global weights; barrier;
-//                 group 0 zeroes the sum (both on the servers: no bytes on
-//                 the network)
+//   then          group 0 copies the sum into the global weights (while the
+//                 last reads come back); barrier; group 0 zeroes the sum in
+//                 the background (both on the servers: no bytes on the
+//                 network)
 //
 // The counters only grow (one add per root and exchange), so nothing resets
 // them; the sums alternate, so the one just read is zeroed while the next
@@ -57,6 +58,7 @@ void EngineCore::create_sync_buffers() {
 
 void EngineCore::synchronous_exchange(std::span<float> params) {
   const auto& c = config_;
+  if (zeroing_.valid()) zeroing_.get();  // the other sum's, from the exchange before
   auto& sum = sums_[exchanges_ % 2];
   const std::uint64_t chunks = sync_chunks();
   const std::uint64_t per_chunk = chunk_floats();
@@ -82,6 +84,7 @@ void EngineCore::synchronous_exchange(std::span<float> params) {
   // Reads overwrite params chunk by chunk: a chunk is read only after this
   // root's own push of it is counted, so its x has been sent already.
   std::deque<Request> reads;  // in flight, oldest first
+  std::future<void> copy_out;
   try {
     const auto deadline = std::chrono::steady_clock::now() + c.timeout;
     for (std::uint64_t k = 0; k < chunks; ++k) {
@@ -101,6 +104,13 @@ void EngineCore::synchronous_exchange(std::span<float> params) {
         reads.pop_front();
       }
     }
+    // The sum is complete (every chunk counted): group 0 makes it the global
+    // weights before the barrier, so that every root finds them there after
+    // it; the servers copy while the last chunks come back.
+    if (c.group == 0)
+      copy_out = std::async(std::launch::async, [&] {
+        global_.apply_from(VectorOp::copy, DType::f32, 0, c.parameters, 1.0, sum, 0);
+      });
     for (auto& r : reads) r.wait();
     reads.clear();
   } catch (...) {
@@ -111,19 +121,19 @@ void EngineCore::synchronous_exchange(std::span<float> params) {
       }
     }
     wait_pushes();  // they read params
+    if (copy_out.valid()) copy_out.wait();
     throw;
   }
   for (auto& p : push) p.get();
-  // The sum is complete (every chunk counted): group 0 makes it the global
-  // weights before the barrier, so that every root finds them there after it.
-  if (c.group == 0) {
-    global_.apply(VectorOp::scale, DType::f32, 0, c.parameters, 0.0);
-    global_.apply_from(VectorOp::accumulate, DType::f32, 0, c.parameters, 1.0, sum, 0);
-  }
+  if (c.group == 0) copy_out.get();
   client_.barrier(c.name + "/sum-read", c.groups, c.timeout);
   // Zeroed for its next use two exchanges on, which every root reaches only
-  // after the next exchange's barrier, i.e. after this.
-  if (c.group == 0) sum.apply(VectorOp::scale, DType::f32, 0, c.parameters, 0.0);
+  // after the next exchange's barrier, which group 0 enters only after this
+  // is done (the top): off this exchange's tail.
+  if (c.group == 0)
+    zeroing_ = std::async(std::launch::async, [&sum, n = c.parameters] {
+      sum.apply(VectorOp::scale, DType::f32, 0, n, 0.0);
+    });
 }
 
 }  // namespace smb::detail

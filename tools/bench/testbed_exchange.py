@@ -76,6 +76,18 @@ def gloo(workers, floats, iters, log_dir):
     return last_json(outs[0])
 
 
+def cpu_busy():
+    """Jiffies the whole machine spent busy and in all, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_fraction(before, after):
+    return (after[0] - before[0]) / max(1, after[1] - before[1])
+
+
 def measure(build, workers, n_servers, link, floats, iters, log_dir):
     tb(NAME, "up", "--hosts", str(workers + n_servers), "--link", link)
     procs = []
@@ -91,13 +103,16 @@ def measure(build, workers, n_servers, link, floats, iters, log_dir):
             servers.append(address)
         result = {}
         for mode in ("sync", "seasgd"):
-            before = [proc_usage(p.pid) for p in procs]
+            before, busy = [proc_usage(p.pid) for p in procs], cpu_busy()
             result[mode] = exchange(build, workers, servers, mode, floats, iters, log_dir)
             after = [proc_usage(p.pid) for p in procs]
+            result[mode]["machine_busy"] = busy_fraction(busy, cpu_busy())
             result[mode]["server_cpu_s"] = sum(a[0] - b[0] for a, b in zip(after, before))
             result[mode]["server_rss_max"] = max(a[1] for a in after)
         try:
+            busy = cpu_busy()
             result["gloo"] = gloo(workers, floats, iters, log_dir)
+            result["gloo"]["machine_busy"] = busy_fraction(busy, cpu_busy())
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(f"gloo: {e}", file=sys.stderr)
         return result
@@ -116,9 +131,11 @@ def markdown(results, workers, link, floats, iters, transport):
            f"over TCP; {mb:.0f} MB of f32 per worker; the slowest rank's time per exchange, median of {iters} "
            "(after one warm-up). Speed is the reference's time over the row's (above 1: faster), gloo's and "
            "MPI_Allreduce's from the same run. Every process shares the same 2 cores, so these are not the "
-           "links' figures alone.", "",
-           "| server hosts | exchange | s per exchange | vs gloo | vs MPI_Allreduce | server CPU s | server RSS (max) |",
-           "|---|---|---|---|---|---|---|"]
+           "links' figures alone; box busy is the share of the whole machine's CPU time that was busy during "
+           "the row's run (SMB's includes the MPI_Allreduce runs in the same processes).", "",
+           "| server hosts | exchange | s per exchange | vs gloo | vs MPI_Allreduce | server CPU s | server RSS (max) "
+           "| box busy |",
+           "|---|---|---|---|---|---|---|---|"]
     for s, r in results.items():
         mpi = min(r[m]["mpi_median_s"] for m in ("sync", "seasgd"))
         g = r["gloo"]["gloo_median_s"] if "gloo" in r else None
@@ -126,11 +143,12 @@ def markdown(results, workers, link, floats, iters, transport):
             t = r[mode]["smb_median_s"]
             vs_gloo = f"{g / t:.2f}x" if g else "n/a"
             out.append(f"| {s} | {label} | {t:.2f} | {vs_gloo} | {mpi / t:.2f}x | {r[mode]['server_cpu_s']:.1f} | "
-                       f"{r[mode]['server_rss_max'] / 2**20:.0f} MiB |")
+                       f"{r[mode]['server_rss_max'] / 2**20:.0f} MiB | {r[mode]['machine_busy']:.0%} |")
         if g:
-            out.append(f"| {s} | gloo allreduce (torch.distributed) | {g:.2f} | 1.00x | {mpi / g:.2f}x | | |")
+            out.append(f"| {s} | gloo allreduce (torch.distributed) | {g:.2f} | 1.00x | {mpi / g:.2f}x | | "
+                       f"| {r['gloo']['machine_busy']:.0%} |")
         out.append(f"| {s} | MPI_Allreduce (Open MPI, TCP) | {mpi:.2f} | {f'{g / mpi:.2f}x' if g else 'n/a'} | "
-                   "1.00x | | |")
+                   "1.00x | | | |")
     out += ["", END]
     return "\n".join(out)
 

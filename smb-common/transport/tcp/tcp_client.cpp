@@ -92,12 +92,11 @@ TcpChannel::TcpChannel(TcpClientTransport& transport, const Bytes& server_addres
   const std::string host = util::parse_host_port(peer_, /*allow_zero_port=*/true).host;
   host_port_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
   if (ticket.size() > kMaxTicket) throw Error(Errc::invalid_argument, "server " + peer_ + ": ticket too long");
-  open(others_, host, port, ticket);
-  open(reads_, host, port, ticket);
+  for (Stream& s : streams_) open(s, host, port, ticket);
   transport_.add(this);
-  for (Stream* s : {&others_, &reads_}) {
-    s->sender = std::thread([this, s] { send_loop(*s); });
-    s->receiver = std::thread([this, s] { receive_loop(*s); });
+  for (Stream& s : streams_) {
+    s.sender = std::thread([this, &s] { send_loop(s); });
+    s.receiver = std::thread([this, &s] { receive_loop(s); });
   }
 }
 
@@ -125,16 +124,16 @@ void TcpChannel::open(Stream& s, const std::string& host, std::uint16_t port, st
 
 TcpChannel::~TcpChannel() {
   shut_down();
-  for (Stream* s : {&others_, &reads_}) {
+  for (Stream& s : streams_) {
     {
-      std::lock_guard lock(s->send_mutex);
-      s->stopping = true;
+      std::lock_guard lock(s.send_mutex);
+      s.stopping = true;
     }
-    s->send_cv.notify_all();
+    s.send_cv.notify_all();
   }
-  for (Stream* s : {&others_, &reads_}) {
-    if (s->sender.joinable()) s->sender.join();
-    if (s->receiver.joinable()) s->receiver.join();
+  for (Stream& s : streams_) {
+    if (s.sender.joinable()) s.sender.join();
+    if (s.receiver.joinable()) s.receiver.join();
   }
   transport_.remove(this);
   std::lock_guard lock(mutex_);
@@ -142,12 +141,12 @@ TcpChannel::~TcpChannel() {
 }
 
 void TcpChannel::shut_down() {
-  for (Stream* s : {&others_, &reads_})
-    if (s->fd) ::shutdown(s->fd.get(), SHUT_RDWR);
+  for (Stream& s : streams_)
+    if (s.fd) ::shutdown(s.fd.get(), SHUT_RDWR);
 }
 
 std::string TcpChannel::describe() const {
-  return "tcp sockets to " + host_port_ + " (server-assisted; reads on a stream of their own)";
+  return "tcp sockets to " + host_port_ + " (server-assisted; reads, atomics and the rest on three streams)";
 }
 
 std::unique_ptr<RemoteSegment> TcpChannel::attach(const SegmentDescriptor& segment) {
@@ -367,9 +366,9 @@ std::optional<std::string> TcpChannel::failure() const {
 // on the wire, or whose reply is being read, cannot be cut out of the
 // stream: the channel closes.
 void TcpChannel::drop(const Completion& completion) {
-  const bool others_broken = drop_from(others_, completion);
-  const bool reads_broken = drop_from(reads_, completion);  // both streams, whatever the first found
-  if (others_broken || reads_broken) fail(Errc::timeout, "server " + peer_ + ": an op timed out with its data on the wire; channel closed");
+  bool broken = false;
+  for (Stream& s : streams_) broken = drop_from(s, completion) || broken;  // every stream, whatever one found
+  if (broken) fail(Errc::timeout, "server " + peer_ + ": an op timed out with its data on the wire; channel closed");
 }
 
 bool TcpChannel::drop_from(Stream& s, const Completion& completion) {

@@ -1,16 +1,19 @@
 #pragma once
-// A client's side of the tcp transport: two TCP connections per server
+// A client's side of the tcp transport: three TCP connections per server
 // (streams), and two threads per stream, so that neither direction waits
 // for the other or for the caller.
 //
-//   streams    Reads go on their own stream; everything else (writes,
-//              calls, atomics) on the other. On one stream a read's request
+//   streams    Reads go on their own stream, atomics on a third, writes
+//              and calls on the first. On one stream a read's request
 //              queued behind a megabyte of write payload, and smbd's thread
 //              for the stream, busy receiving that payload, answered it only
 //              after: a worker pushing and pulling at once (the update
 //              engine's exchange) left its inbound link idle meanwhile.
 //              Two streams make the two directions independent, as two
-//              flows; smbd serves each with its own thread.
+//              flows; smbd serves each with its own thread. Atomics get
+//              the third: a worker polling a counter (the exchange's
+//              chunk-ready counts) waited behind its own pushes' payload,
+//              and the pulls behind the poll.
 //
 //   sending    An op goes out from the caller's thread at once, without
 //              blocking (MSG_DONTWAIT), while nothing is queued before it;
@@ -30,6 +33,7 @@
 #include "transport/transport.hpp"
 #include "util/fd.hpp"
 
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -140,7 +144,10 @@ class TcpChannel final : public Channel {
                           const CompletionPtr& completion);
   void atomic(AtomicOp op, const char* what, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
               std::uint64_t compare, std::uint64_t* old_value, const CompletionPtr& completion);
-  Stream& stream_for(Kind kind) { return kind == Kind::get ? reads_ : others_; }
+  // Reads, and atomics, each on a stream of their own (see the top).
+  Stream& stream_for(Kind kind) {
+    return streams_[kind == Kind::get ? 1 : kind == Kind::atomic ? 2 : 0];
+  }
   void open(Stream& s, const std::string& host, std::uint16_t port, std::span<const std::uint8_t> ticket);
   void submit(Outgoing out, PendingOp op);
   void send_loop(Stream& s);
@@ -160,8 +167,7 @@ class TcpChannel final : public Channel {
   PendingTable<PendingOp> pending_;
   ChannelHealth health_;
 
-  Stream others_;  // writes, calls, atomics
-  Stream reads_;   // reads
+  std::array<Stream, 3> streams_;  // writes and calls; reads; atomics
 };
 
 }  // namespace smb::transport::tcp
