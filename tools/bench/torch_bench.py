@@ -134,15 +134,19 @@ def accuracy(args):
 def synthetic(args):
     example = os.path.join(ROOT, "plugins", "torch", "examples", "synthetic_benchmark.py")
     print("\n### resnet18, random data, batch 8 per worker, 112x112 images (images/s per worker)\n")
+    print("smb.torch's exchange per step runs from its first bucket's start to the end of synchronize(); "
+          "hidden is the part of it that ran while backward was still running.\n")
     print("| workers | DDP over gloo | smb.torch DistributedOptimizer | DDP over the `smb` backend "
-          "| smb.torch / gloo | DDP-smb / gloo |")
-    print("|---:|---:|---:|---:|---:|---:|")
+          "| smb.torch / gloo | DDP-smb / gloo | smb.torch exchange ms/step | hidden behind backward |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for workers in (2, 4):
         flags = [PYTHON, example, "--json", "--model", "resnet18", "--batch-size", "8"]
-        rate = {b: smbrun(args.build, workers, flags + ["--baseline", b])[0]["images_per_second_per_worker"]
-                for b in ("ddp-gloo", "none", "ddp-smb")}
+        runs = {b: smbrun(args.build, workers, flags + ["--baseline", b])[0] for b in ("ddp-gloo", "none", "ddp-smb")}
+        rate = {b: r["images_per_second_per_worker"] for b, r in runs.items()}
         gloo, smb, ddp_smb = rate["ddp-gloo"], rate["none"], rate["ddp-smb"]
-        print(f"| {workers} | {gloo:.1f} | {smb:.1f} | {ddp_smb:.1f} | {smb / gloo:.2f} | {ddp_smb / gloo:.2f} |")
+        own = runs["none"]
+        print(f"| {workers} | {gloo:.1f} | {smb:.1f} | {ddp_smb:.1f} | {smb / gloo:.2f} | {ddp_smb / gloo:.2f} "
+              f"| {own.get('exchange_ms_per_step', float('nan')):.0f} | {own.get('hidden_fraction', 0):.0%} |")
 
 
 def main():

@@ -1137,6 +1137,51 @@ class T11DistributedOptimizer(Case):
         self.assertTrainedLike(model, reference_training(make_model("opt"), lambda p: torch.optim.Adam(p, lr=0.01),
                                                          2), "opt.adam")
 
+    def test_buckets_follow_readiness_size_and_cycle_time(self):
+        """Fusion by readiness: after the first step the buckets are rebuilt
+        from rank 0's order of ready gradients (the same on every rank), cut
+        by size (HOROVOD_FUSION_THRESHOLD) or by HOROVOD_CYCLE_TIME; the
+        training is the same whatever the cut, and the exchange is timed."""
+        reference = reference_training(make_model("opt"), sgd_momentum, 3)
+        for threshold, cycle, name in (("150", "", "size"), ("", "100000", "cycle"), ("0", "", "off")):
+            saved = {k: os.environ.get(k) for k in ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME")}
+            os.environ["HOROVOD_FUSION_THRESHOLD"], os.environ["HOROVOD_CYCLE_TIME"] = threshold, cycle
+            try:
+                model, opt = self.train(steps=3)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            self.assertTrainedLike(model, reference, f"opt.buckets.{name}")
+            stats = opt.communication_stats()
+            self.assertEqual(stats["steps"], 3, name)
+            self.assertGreater(stats["exchange_s"], 0.0, name)
+            self.assertGreaterEqual(stats["exchange_s"], stats["exposed_s"], name)
+            self.assertTrue(0.0 <= stats["hidden_fraction"] <= 1.0, stats)
+            buckets = self.assertEverywhere(sorted(len(g) for g in {id(g): g for g in opt._group_of.values()}.values()),
+                                            f"opt.buckets.layout.{name}")[0]
+            if name == "size":  # 150 bytes: the last layer's (16 + 96 B) together, the first's (48, 192 B) alone
+                self.assertEqual(buckets, [1, 1, 2], name)  # the others go alone
+            elif name == "cycle":  # 100 s: all 4 (352 bytes) in the 1 MiB first bucket
+                self.assertEqual(buckets, [4], name)
+            else:  # no fusion: every gradient alone
+                self.assertEqual(buckets, [], name)
+
+    def test_fusion_cuts_by_size_first_bucket_and_cycle(self):
+        from smb.torch.optimizer import _fusion_buckets
+        ts = [torch.zeros(n) for n in (10, 10, 10, 40, 10, 10)]  # 40-byte and 160-byte tensors
+        sizes = lambda buckets: [[t.numel() for t in b] for b in buckets or []]
+        # A small first bucket (80 B), then 200 B ones; one-tensor buckets are left out.
+        self.assertEqual(sizes(_fusion_buckets(ts, 80, 200)), [[10, 10], [10, 40], [10, 10]])
+        # Readiness 0, 1, 2, 10, 11, 12 ms with a 5 ms cycle: cut where a gradient came late.
+        times = dict(zip(ts, (0.000, 0.001, 0.002, 0.010, 0.011, 0.012)))
+        self.assertEqual(sizes(_fusion_buckets(ts, 1 << 20, 1 << 20, times=times, cycle=0.005)),
+                         [[10, 10, 10], [40, 10, 10]])
+        self.assertIsNone(_fusion_buckets(ts, 0, 0))
+
+
     def test_default_names(self):
         model = make_model("opt")
         opt = hvd.DistributedOptimizer(torch.optim.SGD([{"params": list(model.parameters())[:2]},
