@@ -31,8 +31,13 @@ int make_log_file() {
 
 }  // namespace
 
+// The build's smbd, or $SMB_SMBD (as smbrun): a test binary carried to
+// another machine (tools/gpu-check.sh) runs the smbd carried with it.
 const std::string& smbd_path() {
-  static const std::string path = SMB_TEST_SMBD_PATH;
+  static const std::string path = [] {
+    const char* env = std::getenv("SMB_SMBD");
+    return std::string(env != nullptr && *env != '\0' ? env : SMB_TEST_SMBD_PATH);
+  }();
   return path;
 }
 
