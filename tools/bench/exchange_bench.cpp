@@ -5,6 +5,14 @@
 // runs it across testbed hosts).
 //
 //   smb-exchange-bench --servers A,B --mode sync|seasgd --floats N --iters K
+//                      [--group-size G --group-servers HOST:PORT]
+//
+// With --group-size G, consecutive ranks form groups of G (mpirun places
+// ranks by slot, so a group is a host's workers): each iteration is a
+// training step's exchange in ETRI's hybrid scheme, the group's average of
+// a gradient (through --group-servers, e.g. an smbd on the host's own
+// loopback) and then the root's exchange with the global weights, so only
+// the node's sum crosses its link.
 //
 // Times are per exchange, the slowest rank's, median over the iterations
 // (each iteration starts at an MPI_Barrier). seasgd's exchange reads each
@@ -23,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -67,11 +76,17 @@ int main(int argc, char** argv) {
   std::string mode = "sync", name = "exchange-bench";
   std::uint64_t floats = 25'000'000;
   int iters = 5;
+  std::uint32_t group_size = 1;
+  std::vector<std::string> group_servers;
   app.add_option("--servers,-s", servers, "memory servers (default: $SMB_SERVERS)");
   app.add_option("--mode", mode, "sync or seasgd")->check(CLI::IsMember({"sync", "seasgd"}))->capture_default_str();
   app.add_option("--floats", floats, "parameters per worker (f32)")->capture_default_str();
   app.add_option("--iters", iters, "timed exchanges of each kind")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--name", name, "the engine's buffer prefix")->capture_default_str();
+  app.add_option("--group-size", group_size, "ranks per group (consecutive ranks)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--group-servers", group_servers, "the groups' own servers (default: the fabric's)")->delimiter(',');
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -87,15 +102,26 @@ int main(int argc, char** argv) {
     smb::EngineConfig config;
     config.name = name;
     config.parameters = floats;
-    config.groups = static_cast<std::uint32_t>(ranks);
-    config.group = static_cast<std::uint32_t>(rank);
+    if (static_cast<std::uint32_t>(ranks) % group_size != 0)
+      throw std::invalid_argument(std::to_string(ranks) + " ranks do not divide into groups of " +
+                                  std::to_string(group_size));
+    config.groups = static_cast<std::uint32_t>(ranks) / group_size;
+    config.group = static_cast<std::uint32_t>(rank) / group_size;
+    config.group_size = group_size;
+    config.group_rank = static_cast<std::uint32_t>(rank) % group_size;
+    config.group_servers = group_servers;
     config.mode = mode == "sync" ? smb::UpdateMode::synchronous : smb::UpdateMode::seasgd;
     config.timeout = std::chrono::seconds(600);
     smb::UpdateEngine engine(client, config);
     std::vector<float> w(floats, 0.001f * static_cast<float>(rank + 1));
     engine.initialize(w);
-    engine.after_step(w);  // warm-up: lanes, registrations, first touch on the servers
-    const auto smb_times = timed(iters, [&] { engine.after_step(w); });
+    std::vector<float> grad(group_size > 1 ? floats : 0, 1.0f);
+    const auto step = [&] {
+      if (group_size > 1) engine.allreduce(grad);  // the group's average, on its own servers
+      engine.after_step(w);
+    };
+    step();  // warm-up: lanes, registrations, first touch on the servers
+    const auto smb_times = timed(iters, step);
     std::vector<float> g(floats, 1.0f);
     MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(floats), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);  // warm-up
     const auto mpi_times = timed(iters, [&] {
@@ -106,9 +132,9 @@ int main(int argc, char** argv) {
     std::vector<float> final_weights(floats);
     engine.global_weights(final_weights);
     if (rank == 0)
-      std::printf("{\"mode\":\"%s\",\"ranks\":%d,\"floats\":%llu,\"smb_s\":%s,\"mpi_s\":%s,\"smb_median_s\":%f,"
+      std::printf("{\"mode\":\"%s\",\"ranks\":%d,\"group_size\":%u,\"floats\":%llu,\"smb_s\":%s,\"mpi_s\":%s,\"smb_median_s\":%f,"
                   "\"mpi_median_s\":%f}\n",
-                  mode.c_str(), ranks, static_cast<unsigned long long>(floats), list(smb_times).c_str(),
+                  mode.c_str(), ranks, group_size, static_cast<unsigned long long>(floats), list(smb_times).c_str(),
                   list(mpi_times).c_str(), median(smb_times), median(mpi_times));
   } catch (const std::exception& e) {
     std::cerr << "smb-exchange-bench (rank " << rank << "): " << e.what() << '\n';

@@ -17,8 +17,15 @@ MPI's in the same run, and what the servers used (CPU seconds, RSS). The
 SMB rows run over --transport (tcp: our own sockets transport, the default;
 ucx: UCX's TCP lane).
 
+With --per-host K (K > 1): K workers per worker host, each host with an
+smbd of its own on its loopback (127.0.0.1:7100) for its group: rows for
+the flat synchronous exchange and for the hybrid scheme's step (the
+group's average through that smbd, then the root's exchange) in sync and
+seasgd mode, against gloo and MPI over all the workers (item 2's group
+server; its own section of docs/benchmarks.md).
+
 Usage: tools/bench/testbed_exchange.py [--preset ci | --build DIR] [--servers 2 4] [--workers 4]
-           [--link 1gbit] [--floats 25000000] [--iters 3] [--transport tcp] [--write-docs]
+           [--per-host 1] [--link 1gbit] [--floats 25000000] [--iters 3] [--transport tcp] [--write-docs]
 Needs root, iproute2 (the testbed) and Open MPI; gloo needs python3-torch.
 Results: build/PRESET/testbed-exchange/.
 """
@@ -33,6 +40,8 @@ from testbed_hosts import ROOT, TESTBED, host_command, proc_usage, replace_secti
 
 NAME = "smbtbx"
 BEGIN, END = "<!-- testbed-exchange:begin -->", "<!-- testbed-exchange:end -->"
+GROUPS_BEGIN, GROUPS_END = "<!-- testbed-exchange-groups:begin -->", "<!-- testbed-exchange-groups:end -->"
+GROUP_SERVER = "127.0.0.1:7100"  # on every worker host's own loopback: its group's smbd
 AGENT = os.path.join(ROOT, "tools", "testbed", "mpi-agent.sh")
 GLOO = os.path.join(ROOT, "tools", "bench", "gloo_allreduce.py")
 
@@ -44,27 +53,30 @@ def last_json(text):
     raise RuntimeError(f"no result in: {text[-800:]}")
 
 
-def exchange(build, workers, servers, mode, floats, iters, log_dir):
-    hosts = ",".join(f"h{i}" for i in range(1, workers + 1))
+def exchange(build, workers, servers, mode, floats, iters, log_dir, per_host=1, grouped=False):
+    hosts = ",".join(f"h{i}:{per_host}" for i in range(1, workers // per_host + 1))
+    group = ["--group-size", per_host, "--group-servers", GROUP_SERVER] if grouped else []
     cmd = host_command(NAME, "h1", "mpirun", "--allow-run-as-root", "--host", hosts, "-np", workers,
                        "--mca", "plm_rsh_agent", AGENT, "--mca", "routed", "direct",
                        "--mca", "oob_tcp_if_include", "eth0", "--mca", "btl_tcp_if_include", "eth0",
                        "--mca", "btl", "tcp,self", "-x", "SMB_TRANSPORT",
                        os.path.join(build, "tools", "smb-exchange-bench"), "--servers", ",".join(servers),
-                       "--mode", mode, "--floats", floats, "--iters", iters, "--name", f"x-{mode}")
+                       "--mode", mode, "--floats", floats, "--iters", iters,
+                       "--name", f"x-{mode}{'-g' if grouped else ''}", *group)
     env = dict(os.environ, SMB_TESTBED_NAME=NAME)
     r = subprocess.run(cmd, text=True, capture_output=True, timeout=1800, env=env)
-    with open(os.path.join(log_dir, f"exchange-{mode}-{len(servers)}.log"), "w") as f:
+    tag = f"{mode}{'-grouped' if grouped else ''}-{len(servers)}"
+    with open(os.path.join(log_dir, f"exchange-{tag}.log"), "w") as f:
         f.write(r.stdout + r.stderr)
     if r.returncode != 0:
         raise RuntimeError(f"smb-exchange-bench {mode} failed: {(r.stdout + r.stderr)[-800:]}")
     return last_json(r.stdout)
 
 
-def gloo(workers, floats, iters, log_dir):
+def gloo(workers, floats, iters, log_dir, per_host=1):
     master = tb(NAME, "addr", "h1").stdout.strip() + ":29500"
     env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0")
-    procs = [subprocess.Popen(host_command(NAME, f"h{i + 1}", "/usr/bin/python3", GLOO, "--rank", i, "--world",
+    procs = [subprocess.Popen(host_command(NAME, f"h{i // per_host + 1}", "/usr/bin/python3", GLOO, "--rank", i, "--world",
                                            workers, "--master", master, "--floats", floats, "--iters", iters),
                               text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
              for i in range(workers)]
@@ -88,8 +100,9 @@ def busy_fraction(before, after):
     return (after[0] - before[0]) / max(1, after[1] - before[1])
 
 
-def measure(build, workers, n_servers, link, floats, iters, log_dir):
-    tb(NAME, "up", "--hosts", str(workers + n_servers), "--link", link)
+def measure(build, workers, n_servers, link, floats, iters, log_dir, per_host=1):
+    worker_hosts = workers // per_host
+    tb(NAME, "up", "--hosts", str(worker_hosts + n_servers), "--link", link)
     procs = []
     try:
         servers = []
@@ -97,21 +110,29 @@ def measure(build, workers, n_servers, link, floats, iters, log_dir):
         # sync: two sums, the global weights, counters; seasgd: the global
         # weights and one delta area per worker; over the servers, plus room.
         capacity = (3 + 1 + workers) * bytes_ // n_servers + (128 << 20)
-        for i in range(workers + 1, workers + n_servers + 1):
+        for i in range(worker_hosts + 1, worker_hosts + n_servers + 1):
             proc, address = start_smbd(NAME, build, f"h{i}", log_dir, capacity)
             procs.append(proc)
             servers.append(address)
+        fabric_servers = list(procs)
+        runs = [("sync", "sync", False), ("seasgd", "seasgd", False)]
+        if per_host > 1:  # each host's group averages on its own smbd; the flat run for comparison
+            for i in range(1, worker_hosts + 1):
+                # two runs leave a group area each (2 sums and a slot of the floats)
+                procs.append(start_smbd(NAME, build, f"h{i}", log_dir, 6 * floats * 4 + (256 << 20),
+                                        listen=GROUP_SERVER)[0])
+            runs = [("sync", "sync", False), ("sync-grouped", "sync", True), ("seasgd-grouped", "seasgd", True)]
         result = {}
-        for mode in ("sync", "seasgd"):
-            before, busy = [proc_usage(p.pid) for p in procs], cpu_busy()
-            result[mode] = exchange(build, workers, servers, mode, floats, iters, log_dir)
-            after = [proc_usage(p.pid) for p in procs]
-            result[mode]["machine_busy"] = busy_fraction(busy, cpu_busy())
-            result[mode]["server_cpu_s"] = sum(a[0] - b[0] for a, b in zip(after, before))
-            result[mode]["server_rss_max"] = max(a[1] for a in after)
+        for key, mode, grouped in runs:
+            before, busy = [proc_usage(p.pid) for p in fabric_servers], cpu_busy()
+            result[key] = exchange(build, workers, servers, mode, floats, iters, log_dir, per_host, grouped)
+            after = [proc_usage(p.pid) for p in fabric_servers]
+            result[key]["machine_busy"] = busy_fraction(busy, cpu_busy())
+            result[key]["server_cpu_s"] = sum(a[0] - b[0] for a, b in zip(after, before))
+            result[key]["server_rss_max"] = max(a[1] for a in after)
         try:
             busy = cpu_busy()
-            result["gloo"] = gloo(workers, floats, iters, log_dir)
+            result["gloo"] = gloo(workers, floats, iters, log_dir, per_host)
             result["gloo"]["machine_busy"] = busy_fraction(busy, cpu_busy())
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(f"gloo: {e}", file=sys.stderr)
@@ -153,12 +174,44 @@ def markdown(results, workers, link, floats, iters, transport):
     return "\n".join(out)
 
 
+def groups_markdown(results, workers, per_host, link, floats, iters, transport):
+    mb = floats * 4 / 1e6
+    out = [GROUPS_BEGIN, "",
+           f"Measured by `tools/bench/testbed_exchange.py --per-host {per_host}`: {workers} workers on "
+           f"{workers // per_host} worker hosts ({per_host} each) and S server hosts, every link {link}; SMB over "
+           f"`{transport}`; {mb:.0f} MB of f32 per worker; the slowest rank's time per step's exchange, median of "
+           f"{iters}. Grouped: each host's workers average a gradient through an smbd on the host's loopback "
+           f"({GROUP_SERVER}), then the host's root exchanges the weights with the global ones (the hybrid "
+           "scheme: one host's sum crosses its link); flat: every worker exchanges on its own. gloo and "
+           f"MPI_Allreduce reduce over all {workers} ranks.", "",
+           "| server hosts | exchange | s per step | vs gloo | vs MPI_Allreduce | fabric servers' CPU s | box busy |",
+           "|---|---|---|---|---|---|---|"]
+    labels = (("sync", "SMB synchronous, flat"), ("sync-grouped", "SMB synchronous, group servers"),
+              ("seasgd-grouped", "SMB SEASGD, group servers"))
+    for s, r in results.items():
+        mpi = min(r[m]["mpi_median_s"] for m, _ in labels)
+        g = r["gloo"]["gloo_median_s"] if "gloo" in r else None
+        for key, label in labels:
+            t = r[key]["smb_median_s"]
+            out.append(f"| {s} | {label} | {t:.2f} | {f'{g / t:.2f}x' if g else 'n/a'} | {mpi / t:.2f}x | "
+                       f"{r[key]['server_cpu_s']:.1f} | {r[key]['machine_busy']:.0%} |")
+        if g:
+            out.append(f"| {s} | gloo allreduce (torch.distributed) | {g:.2f} | 1.00x | {mpi / g:.2f}x | "
+                       f"| {r['gloo']['machine_busy']:.0%} |")
+        out.append(f"| {s} | MPI_Allreduce (Open MPI, TCP) | {mpi:.2f} | {f'{g / mpi:.2f}x' if g else 'n/a'} | "
+                   "1.00x | | |")
+    out += ["", GROUPS_END]
+    return "\n".join(out)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--preset", default="ci")
     p.add_argument("--build")
     p.add_argument("--servers", type=int, nargs="+", default=[2, 4])
     p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--per-host", type=int, default=1,
+                   help="workers per worker host; above 1, the hybrid scheme with a group server on each host")
     p.add_argument("--link", default="1gbit")
     p.add_argument("--floats", type=int, default=25_000_000)
     p.add_argument("--iters", type=int, default=3)
@@ -166,6 +219,8 @@ def main():
                    help="SMB's data transport: tcp (ours, default) or ucx (its TCP lane)")
     p.add_argument("--write-docs", action="store_true")
     args = p.parse_args()
+    if args.per_host < 1 or args.workers % args.per_host:
+        sys.exit(f"testbed_exchange: --workers {args.workers} is not a multiple of --per-host {args.per_host}")
     if os.geteuid() != 0:
         sys.exit("testbed_exchange: needs root (network namespaces)")
     build = os.path.abspath(args.build) if args.build else os.path.join(ROOT, "build", args.preset)
@@ -177,14 +232,21 @@ def main():
     results = {}
     for s in args.servers:
         print(f"== {s} server host(s)", file=sys.stderr)
-        results[str(s)] = measure(build, args.workers, s, args.link, args.floats, args.iters, log_dir)
+        results[str(s)] = measure(build, args.workers, s, args.link, args.floats, args.iters, log_dir,
+                                  args.per_host)
         print(json.dumps(results[str(s)]), file=sys.stderr)
     with open(os.path.join(log_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    text = markdown(results, args.workers, args.link, args.floats, args.iters, args.transport)
+    if args.per_host > 1:
+        text = groups_markdown(results, args.workers, args.per_host, args.link, args.floats, args.iters,
+                               args.transport)
+        begin, end = GROUPS_BEGIN, GROUPS_END
+    else:
+        text = markdown(results, args.workers, args.link, args.floats, args.iters, args.transport)
+        begin, end = BEGIN, END
     print(text)
     if args.write_docs:
-        replace_section(os.path.join(ROOT, "docs", "benchmarks.md"), BEGIN, END, text)
+        replace_section(os.path.join(ROOT, "docs", "benchmarks.md"), begin, end, text)
 
 
 if __name__ == "__main__":
