@@ -393,7 +393,13 @@ bool TcpChannel::drop_from(Stream& s, const Completion& completion) {
   }
   std::unique_lock lock(mutex_);
   pending_.forget(completion);
-  if (s.receiving == &completion) {
+  // Its reply is arriving: let it land (the bytes are on their way, so
+  // briefly) rather than close the channel under every other op on it. A
+  // client's timeout can meet the server's answer at the same moment (a
+  // replicated op's order wait and the client's timeout are both 5 s).
+  // Only a reply that stalls midway closes the channel.
+  if (s.receiving == &completion &&
+      !received_.wait_for(lock, kReplyLanding, [&] { return s.receiving != &completion; })) {
     broken = true;
     shut_down();
     received_.wait(lock, [&] { return s.receiving != &completion; });

@@ -26,7 +26,8 @@
 // Completions finish on the receiver thread; a caller waiting in progress()
 // sleeps until one does (client_idle.hpp). An op abandoned after a timeout
 // while its bytes are on the wire closes the channel: its memory may no
-// longer be read or written, and the stream cannot skip the rest.
+// longer be read or written, and the stream cannot skip the rest. One whose
+// reply is already being read gets kReplyLanding to land first.
 #include "transport/channel_health.hpp"
 #include "transport/pending_table.hpp"
 #include "transport/tcp/tcp_wire.hpp"
@@ -34,6 +35,7 @@
 #include "util/fd.hpp"
 
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -43,6 +45,10 @@
 namespace smb::transport::tcp {
 
 class TcpChannel;
+
+// How long an abandoned op's reply, already arriving, may take to land
+// before the channel closes instead (TcpChannel::drop).
+inline constexpr std::chrono::milliseconds kReplyLanding{250};
 
 class TcpClientTransport final : public ClientTransport {
  public:
