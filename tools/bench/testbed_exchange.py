@@ -144,6 +144,19 @@ def measure(build, workers, n_servers, link, floats, iters, log_dir, per_host=1)
         subprocess.run([TESTBED, "--name", NAME, "down"], capture_output=True)
 
 
+def reference_rows(s, r, g, mpi, blanks):
+    """The gloo and MPI_Allreduce rows of a table: `blanks` empty columns
+    (the servers' figures) before the last one, how busy the box was."""
+    empty = "| " * blanks
+    rows = []
+    if g:
+        rows.append(f"| {s} | gloo allreduce (torch.distributed) | {g:.2f} | 1.00x | {mpi / g:.2f}x {empty}"
+                    f"| {r['gloo']['machine_busy']:.0%} |")
+    rows.append(f"| {s} | MPI_Allreduce (Open MPI, TCP) | {mpi:.2f} | {f'{g / mpi:.2f}x' if g else 'n/a'} | "
+                f"1.00x {empty}| |")
+    return rows
+
+
 def markdown(results, workers, link, floats, iters, transport):
     mb = floats * 4 / 1e6
     out = [BEGIN, "",
@@ -165,11 +178,7 @@ def markdown(results, workers, link, floats, iters, transport):
             vs_gloo = f"{g / t:.2f}x" if g else "n/a"
             out.append(f"| {s} | {label} | {t:.2f} | {vs_gloo} | {mpi / t:.2f}x | {r[mode]['server_cpu_s']:.1f} | "
                        f"{r[mode]['server_rss_max'] / 2**20:.0f} MiB | {r[mode]['machine_busy']:.0%} |")
-        if g:
-            out.append(f"| {s} | gloo allreduce (torch.distributed) | {g:.2f} | 1.00x | {mpi / g:.2f}x | | "
-                       f"| {r['gloo']['machine_busy']:.0%} |")
-        out.append(f"| {s} | MPI_Allreduce (Open MPI, TCP) | {mpi:.2f} | {f'{g / mpi:.2f}x' if g else 'n/a'} | "
-                   "1.00x | | | |")
+        out += reference_rows(s, r, g, mpi, blanks=2)
     out += ["", END]
     return "\n".join(out)
 
@@ -195,11 +204,7 @@ def groups_markdown(results, workers, per_host, link, floats, iters, transport):
             t = r[key]["smb_median_s"]
             out.append(f"| {s} | {label} | {t:.2f} | {f'{g / t:.2f}x' if g else 'n/a'} | {mpi / t:.2f}x | "
                        f"{r[key]['server_cpu_s']:.1f} | {r[key]['machine_busy']:.0%} |")
-        if g:
-            out.append(f"| {s} | gloo allreduce (torch.distributed) | {g:.2f} | 1.00x | {mpi / g:.2f}x | "
-                       f"| {r['gloo']['machine_busy']:.0%} |")
-        out.append(f"| {s} | MPI_Allreduce (Open MPI, TCP) | {mpi:.2f} | {f'{g / mpi:.2f}x' if g else 'n/a'} | "
-                   "1.00x | | |")
+        out += reference_rows(s, r, g, mpi, blanks=1)
     out += ["", GROUPS_END]
     return "\n".join(out)
 
