@@ -29,7 +29,11 @@ class StaleCopyTest : public ReplicationTest {
   // its op would; then +1 on everything through `writer`, whose op finds
   // copy 1 of that stripe behind (after smbd's 5 s wait) and records it.
   void make_a_copy_fall_behind() {
-    writer_ = std::make_unique<smb::Client>(make_client());
+    // The writer's op meets smbd's 5 s replica gap (kReplicaGapTimeout): its
+    // own timeout must be longer (as libsmb's default 15 s is), or the two
+    // expire together and the writer may give up first, recording the
+    // copy as unreachable instead of behind (a flake seen in CI).
+    writer_ = std::make_unique<smb::Client>(make_client(3 * kTimeout));
     writer_buffer_ = std::make_unique<smb::Buffer>(writer_->create("lb", kSize, replicated()));
     writer_buffer_->write(0, ByteVec(kSize, std::byte{0}));
     holder_ = std::make_unique<smb::Client>(fresh_client());

@@ -5,9 +5,11 @@ writes PNG plots.
 
     tools/bench/torch_bench.py [--build build/release] [--out docs/img] [--workers 4] [exchange] [accuracy] [synthetic]
 
-  exchange   per-step exchange time of 1, 10 and 100 MB of float32:
-             smb.torch's allreduce against torch.distributed.all_reduce
-             (gloo), both in the same worker processes, ratio gloo/smb
+  exchange   per-step exchange time of 8 B, 4 KiB, 1, 10 and 100 MB of
+             float32: smb.torch's allreduce against
+             torch.distributed.all_reduce (gloo), both in the same worker
+             processes, ratio gloo/smb; small sizes also against a UCX
+             active-message round trip (ucx_perftest)
   accuracy   time to accuracy on scikit-learn's digits (train_digits.py):
              smb.torch's modes against DDP over gloo, same workers, with
              a plot of test accuracy against wall time
@@ -26,29 +28,33 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON = "/usr/bin/python3"
 
+# 8 B and 4 KiB travel inline (the fixed cost); 1 MB and up through the servers.
+SIZES = (8, 4096, 1 << 20, 10 << 20, 100 << 20)
+
 EXCHANGE_WORKER = textwrap.dedent("""
     import json, sys, time, torch, torch.distributed as dist, smb.torch as hvd
+    SIZES = %r
     dist.init_process_group("gloo")
     hvd.init()
     torch.set_num_threads(1)
     out = []
-    for mb in (1, 10, 100):
-        n = mb * (1 << 20) // 4
-        t = torch.ones(n)
-        iters = 20 if mb < 100 else 5
+    for nbytes in SIZES:
+        t = torch.ones(max(1, nbytes // 4))
+        iters = 200 if nbytes < (1 << 20) else 20 if nbytes < (100 << 20) else 5
         times = {"gloo": [], "smb": []}
         for i in range(iters + 1):
-            for name, run in (("gloo", lambda: dist.all_reduce(t)), ("smb", lambda: hvd.allreduce(t, op=hvd.Sum, name=f"x{mb}"))):
+            for name, run in (("gloo", lambda: dist.all_reduce(t)), ("smb", lambda: hvd.allreduce(t, op=hvd.Sum, name=f"x{nbytes}"))):
                 dist.barrier()
                 started = time.perf_counter()
                 run()
                 if i:  # the first round creates buffers and connections
                     times[name].append(time.perf_counter() - started)
-        out.append({"mb": mb, "gloo_ms": 1000 * sorted(times["gloo"])[len(times["gloo"]) // 2],
+        out.append({"bytes": nbytes, "gloo_ms": 1000 * sorted(times["gloo"])[len(times["gloo"]) // 2],
                     "smb_ms": 1000 * sorted(times["smb"])[len(times["smb"]) // 2]})
     if hvd.rank() == 0:
         print(json.dumps(out), flush=True)
@@ -69,18 +75,47 @@ def smbrun(build, np, command, env=None, servers=2, timeout=1800):
 
 def exchange(args):
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(EXCHANGE_WORKER)
+        f.write(EXCHANGE_WORKER % (SIZES,))
     try:
         runs = [smbrun(args.build, args.workers, [PYTHON, f.name])[0] for _ in range(args.runs)]
     finally:
         os.unlink(f.name)
+    am_rtt_us = ucx_am_round_trip_us()
     print(f"\n### Exchange time, {args.workers} workers, {args.runs} runs (median of the run medians)\n")
-    print("| size | gloo all_reduce (ms) | smb.torch allreduce (ms) | gloo / smb |")
-    print("|---:|---:|---:|---:|")
-    for i, mb in enumerate((1, 10, 100)):
+    print(f"A UCX active-message round trip between two processes here (ucx_perftest ucp_am_lat, 8 B, median, "
+          f"twice the one-way figure): {am_rtt_us:.1f} us.\n" if am_rtt_us else "ucx_perftest did not run: no "
+          "UCX round trip to compare with.\n")
+    print("| size | gloo all_reduce (ms) | smb.torch allreduce (ms) | gloo / smb | smb / (UCX round trip x log2 ranks) |")
+    print("|---:|---:|---:|---:|---:|")
+    hops = max(1, (args.workers - 1).bit_length())
+    for i, nbytes in enumerate(SIZES):
         gloo = statistics.median(r[i]["gloo_ms"] for r in runs)
         smb = statistics.median(r[i]["smb_ms"] for r in runs)
-        print(f"| {mb} MB | {gloo:.1f} | {smb:.1f} | {gloo / smb:.2f} |")
+        floor = f"{smb * 1000 / (am_rtt_us * hops):.0f}" if am_rtt_us and nbytes < (1 << 20) else "-"
+        label = f"{nbytes >> 20} MB" if nbytes >= (1 << 20) else f"{nbytes} B"
+        print(f"| {label} | {gloo:.3f} | {smb:.3f} | {gloo / smb:.2f} | {floor} |")
+
+
+def ucx_am_round_trip_us(port=13999):
+    """Twice ucx_perftest's median one-way latency of an 8-byte UCP active
+    message between two processes on this machine; None without ucx_perftest."""
+    try:
+        server = subprocess.Popen(["ucx_perftest", "-p", str(port)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return None
+    try:
+        for _ in range(20):  # the server needs a moment to listen
+            done = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", "ucp_am_lat", "-s", "8",
+                                   "-n", "20000", "-w", "1000", "-f"], capture_output=True, text=True, timeout=120)
+            numbers = done.stdout.split()
+            if done.returncode == 0 and len(numbers) >= 2:
+                return 2 * float(numbers[-7])  # the 50th percentile column
+            time.sleep(0.25)
+        return None
+    finally:
+        server.kill()
+        server.wait()
 
 
 def time_to(curve, target):

@@ -13,7 +13,7 @@ import torch
 
 from smb.collective import basics, handles, joining, timeline
 from smb.collective.fabric import REDUCIBLE, HorovodInternalError
-from smb.collective.handles import next_handle, poll, submit, synchronize
+from smb.collective.handles import next_handle, poll, run_here, submit, synchronize
 from smb.collective.process_sets import global_process_set, group_of
 
 from . import collectives
@@ -85,8 +85,8 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
-        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                           process_set))
+        return run_here(lambda: allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
 
     @staticmethod
     def backward(ctx, grad):
@@ -107,7 +107,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In place; returns `tensor`."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+    return run_here(lambda: allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
 def _grouped_work(tensors, op, pre, post, in_place):
@@ -168,8 +168,8 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
-        return synchronize(grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
-                                                   postscale_factor, process_set))
+        return run_here(lambda: grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
+                                                        postscale_factor, process_set))
 
     @staticmethod
     def backward(ctx, *grads):
@@ -190,8 +190,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
-                                                process_set))
+    return run_here(lambda: grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                     process_set))
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
@@ -228,12 +228,13 @@ class _Allgather(torch.autograd.Function):
     def forward(ctx, tensor, name, process_set):
         ctx.rows = tensor.shape[0]
         ctx.process_set = process_set
-        return synchronize(allgather_async(tensor, name, process_set))
+        return run_here(lambda: allgather_async(tensor, name, process_set))
 
     @staticmethod
     def backward(ctx, grad):
         grad = allreduce(grad.contiguous(), op=Average, process_set=ctx.process_set)
-        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int32), process_set=ctx.process_set))
+        rows = run_here(lambda: allgather_async(torch.tensor([ctx.rows], dtype=torch.int32),
+                                                process_set=ctx.process_set))
         offset = int(rows[:ctx.process_set.rank()].sum())
         return grad.narrow(0, offset, ctx.rows), None, None
 
@@ -261,14 +262,15 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
         @staticmethod
         def forward(ctx, *ts):
             ctx.rows = [t.shape[0] for t in ts]
-            return synchronize(grouped_allgather_async(list(ts), name, process_set))
+            return run_here(lambda: grouped_allgather_async(list(ts), name, process_set))
 
         @staticmethod
         def backward(ctx, *grads):
             out = []
             for g, rows in zip(grads, ctx.rows):
                 g = allreduce(g.contiguous(), op=Average, process_set=process_set)
-                sizes = synchronize(allgather_async(torch.tensor([rows], dtype=torch.int32), process_set=process_set))
+                sizes = run_here(lambda: allgather_async(torch.tensor([rows], dtype=torch.int32),
+                                                         process_set=process_set))
                 out.append(g.narrow(0, int(sizes[:process_set.rank()].sum()), rows))
             return tuple(out)
 
@@ -312,7 +314,7 @@ class _Broadcast(torch.autograd.Function):
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
         ctx.process_set = process_set
-        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+        return run_here(lambda: broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad):
@@ -329,7 +331,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In place; returns `tensor`."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return run_here(lambda: broadcast_async_(tensor, root_rank, name, process_set))
 
 
 # ------------------------------------------------------------------ alltoall
@@ -374,7 +376,7 @@ class _Alltoall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
-        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        out, received = run_here(lambda: alltoall_async(tensor, splits, name, process_set))
         ctx.received = received
         ctx.rows = tensor.shape[0] if tensor.dim() else 0
         ctx.process_set = process_set
@@ -383,7 +385,7 @@ class _Alltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, _):
-        back, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, process_set=ctx.process_set))
+        back, _ = run_here(lambda: alltoall_async(grad.contiguous(), ctx.received, process_set=ctx.process_set))
         if back.shape[0] < ctx.rows:
             # Rows past sum(splits) were not sent: their gradient is zero (and
             # autograd needs the input's shape).
@@ -427,7 +429,7 @@ class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.args = (op, process_set, prescale_factor, postscale_factor)
-        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+        return run_here(lambda: reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
 
     @staticmethod
     def backward(ctx, grad):

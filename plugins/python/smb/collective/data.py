@@ -134,11 +134,42 @@ def _reduce_into(c, dt, entry, t, red, first=0, rows=None):
     return out
 
 
+# Reductions of a small tensor on each rank (fabric.py, "inline"): NumPy's
+# ufuncs, for the types NumPy has (not bfloat16: that one goes to the servers).
+_LOCAL_REDUCE = {"sum": np.add, "average": np.add, "min": np.minimum, "max": np.maximum, "product": np.multiply}
+_NUMPY_TYPES = {"float32", "float64", "float16", "uint8", "int8", "int16", "int32", "int64"}
+
+
+def _inline(group, t):
+    """Whether this tensor's reduction travels in the arrival slots: the same
+    answer on every rank whose dtype and shape agree (those that do not
+    fail check() before either path goes on)."""
+    return t.dtype in _NUMPY_TYPES and t.data.nbytes <= group.inline_bytes
+
+
+def _reduce_inline(c, t, red):
+    """The reduction of the live ranks' payloads, in set order on every rank."""
+    ufunc = _LOCAL_REDUCE[red]
+    out = None
+    for i, payload in enumerate(c.payloads):
+        if i in c.joined:
+            continue
+        x = np.frombuffer(payload, dtype=t.dtype, count=t.numel)
+        out = x.copy() if out is None else ufunc(out, x, out=out)
+    return out.view(np.uint8)
+
+
 def allreduce(group, name, t, red, prescale, postscale):
     """The reduction over the set (scaled by the caller). Returns the result's
     bytes and whether ranks had joined (they count as zeros, Horovod's rule:
     the caller applies that for min, max and product)."""
     c = group.collective(name)
+    if _inline(group, t):
+        slots = c.arrive(meta("allreduce", t, red=red, pre=prescale, post=postscale), payload=t.data)
+        check("allreduce", slots, c.joined)
+        if t.numel == 0:
+            return np.empty(0, dtype=np.uint8), bool(c.joined)
+        return _reduce_inline(c, t, red), bool(c.joined)
     dt, entry = _reduction(c, t)
     slots = c.arrive(meta("allreduce", t, red=red, pre=prescale, post=postscale))
     check("allreduce", slots, c.joined)
@@ -168,6 +199,24 @@ def reducescatter(group, name, t, red, prescale, postscale):
     return _reduce_into(c, dt, entry, t, red, first, rows), rows
 
 
+def _offer(c, t):
+    """How this rank's part travels: in its arrival slot when it fits
+    (fabric.py, "inline"), else in its part buffer. Returns the metadata
+    that says which, and the slot's payload."""
+    if t.data.nbytes <= c.group.inline_bytes:
+        return {"inline": True}, t.data
+    return {"part": c.write_part(t.data)}, None
+
+
+def _read_part(c, i, s, src, out):
+    """Bytes [src, src + len(out)) of set rank i's part into `out`: from its
+    slot, or a read started from its part buffer (returned, to wait for)."""
+    if s.get("inline"):
+        out[:] = np.frombuffer(c.payloads[i], dtype=np.uint8, count=src + out.nbytes)[src:]
+        return None
+    return c.peer_part(s["part"]).read_async(src, out)
+
+
 def _read_parts(c, slots, rows_of, row_bytes, out, offset_rows_of=None):
     """Reads every rank's part (in set order) into consecutive rows of `out`."""
     requests = []
@@ -175,21 +224,21 @@ def _read_parts(c, slots, rows_of, row_bytes, out, offset_rows_of=None):
     for i, s in enumerate(slots):
         rows = rows_of(i, s)
         if rows:
-            part = c.peer_part(s["part"])
             src = (offset_rows_of(i, s) if offset_rows_of else 0) * row_bytes
-            requests.append(part.read_async(src, out[at * row_bytes:(at + rows) * row_bytes]))
+            requests.append(_read_part(c, i, s, src, out[at * row_bytes:(at + rows) * row_bytes]))
         at += rows
     with phase("READ"):
         for r in requests:
-            r.wait()
+            if r is not None:
+                r.wait()
 
 
 def allgather(group, name, t):
     """Concatenation along dimension 0 in set rank order (first dimensions
     may differ). Returns the bytes and the shape."""
     c = group.collective(name)
-    part_name = c.write_part(t.data)
-    slots = c.arrive(meta("allgather", t, part=part_name))
+    where, payload = _offer(c, t)
+    slots = c.arrive(meta("allgather", t, **where), payload=payload)
     if c.joined:  # (before check(): a joined rank's slot is empty)
         raise CollectiveError("Allgather is not supported with Join at this time. Specify sparse_to_dense=True if "
                               "using DistributedOptimizer")
@@ -204,8 +253,8 @@ def broadcast(group, name, t, root_rank):
     """The root's bytes on every rank; None on the root itself (it has them)."""
     c = group.collective(name)
     me_root = group.runtime.rank == root_rank
-    part_name = c.write_part(t.data) if me_root else None
-    slots = c.arrive(meta("broadcast", t, root=root_rank, part=part_name))
+    where, payload = _offer(c, t) if me_root else ({"part": None}, None)
+    slots = c.arrive(meta("broadcast", t, root=root_rank, **where), payload=payload)
     if c.joined:  # (before check(): a joined rank's slot is empty)
         raise CollectiveError("Broadcast is not supported with Join at this time.")
     check("broadcast", slots)
@@ -213,7 +262,10 @@ def broadcast(group, name, t, root_rank):
         return None
     out = np.empty(t.data.nbytes, dtype=np.uint8)
     if out.nbytes:
-        c.peer_part(slots[group.ranks.index(root_rank)]["part"]).read(0, out)
+        root = group.ranks.index(root_rank)
+        request = _read_part(c, root, slots[root], 0, out)
+        if request is not None:
+            request.wait()
     return out
 
 
@@ -222,8 +274,8 @@ def alltoall(group, name, t, splits):
     received (in source order), how many rows came from each rank, and the
     shape."""
     c = group.collective(name)
-    part_name = c.write_part(t.data)
-    slots = c.arrive(meta("alltoall", t, splits=list(splits), part=part_name))
+    where, payload = _offer(c, t)
+    slots = c.arrive(meta("alltoall", t, splits=list(splits), **where), payload=payload)
     if c.joined:  # (before check(): a joined rank's slot is empty)
         raise CollectiveError("Alltoall is not supported with Join at this time.")
     check("alltoall", slots)

@@ -4,30 +4,38 @@ Every collective is matched across ranks by its name (Horovod's rule):
 the k-th use of a name on one rank meets the k-th use on every other rank
 of the process set. For each (process set, name) the fabric holds:
 
-  ctl    a small buffer: an arrival counter, then one metadata slot per rank
-         (the op, dtype, shape, root, splits... as JSON), twice: generations
-         alternate between the two sets of slots, so a rank that has moved
-         on never overwrites what a slower one still reads. A rank writes its
-         slot, then adds 1 to the counter with a server-side op; the
-         servers advance the buffer's version with every op, so waiting
-         for all ranks is one notified wait_version (no polling). Then each
-         rank reads every slot and checks them: a mismatch (shape, dtype,
-         op, root) is found identically on every rank, so every rank raises
-         the same error and the next collective starts clean.
-  data   per op kind. A reduction uses a buffer of two result regions, an
-         identity region and one input region per rank, striped so that
-         each region spreads over every server: a rank writes its input
-         into its region (one-sided), asks the servers to add (min, max,
-         multiply) it into the result region, waits for the version that
-         says all W contributions are in, and reads the result. Gathers,
-         broadcasts and all-to-all read each rank's own "part" buffer.
+  ctl    a small buffer: 8 spare bytes, then one slot per rank (the op,
+         dtype, shape, root, splits... as JSON, then up to inline_bytes of
+         the tensor itself), twice: generations alternate between the two
+         sets of slots, so a rank that has moved on never overwrites what a
+         slower one still reads. A rank arrives with one server-side op: a
+         "copy" of its slot from the op's own payload. The servers advance
+         the buffer's version with every op, so waiting for all ranks is
+         one notified wait_version (no polling). Then each rank reads every
+         slot and checks them: a mismatch (shape, dtype, op, root) is found
+         identically on every rank, so every rank raises the same error and
+         the next collective starts clean.
+  inline A small tensor travels in the slot itself, so its collective is
+         three steps (arrive, wait, read the slots) and the reduction runs
+         on each rank, over the same bytes in the same order, so that every
+         rank gets the same result bit for bit. This is the fixed cost of a
+         collective: for an 8-byte allreduce, one op, one notified wait and
+         one read, where the data path below takes eight such steps.
+  data   per op kind, for tensors too large to travel inline. A reduction
+         uses a buffer of two result regions and one input region per
+         rank, striped so that each region spreads over every server: a
+         rank writes its input into its region (one-sided); the first
+         participant has the servers copy it into the result region, the
+         others wait for that and have the servers add (min, max, multiply)
+         theirs; all wait for the version that says all W contributions
+         are in, and read the result. Gathers, broadcasts and all-to-all
+         read each rank's own "part" buffer (or its slot, where the part
+         travelled inline).
 
 Reuse without a second barrier: a rank arriving at generation g has
 finished generation g-1, so every rank has finished generation g-2; the
 regions of g-2 (results alternate by generation, parts are double
-buffered) are free to reuse. The lowest rank resets the result region of
-its generation (a server-side copy from the identity region) before it
-arrives, and others touch it only after everyone arrived.
+buffered) are free to reuse.
 
 Stalls: while waiting for arrivals, every HOROVOD_STALL_CHECK_TIME_SECONDS
 each waiting rank reads the slots and logs which ranks have not submitted
@@ -90,6 +98,13 @@ def _round_up(n, to):
     return (n + to - 1) // to * to
 
 
+def inline_capacity(size):
+    """Bytes of tensor a rank's arrival slot carries (the same on every rank
+    of a set of `size`): 4 KiB, less for large sets, so that reading all
+    slots stays one small read (64 KiB at most)."""
+    return max(256, min(4096, 65536 // max(1, size) // 64 * 64))
+
+
 class Striping:
     """How a reduction buffer is laid out: each region holds one tensor and
     spreads over the servers so that any op over the tensor's bytes touches
@@ -140,7 +155,8 @@ class ProcessGroupState:
         self.index = self.ranks.index(runtime.rank)  # this rank's place in the set
         self.root = self.ranks[0]
         self.namespace = buffer_name(runtime.job, f"ps{set_id}")
-        self.slot_bytes = _round_up(320 + 24 * self.size, 64)
+        self.inline_bytes = inline_capacity(self.size)
+        self.slot_bytes = _round_up(320 + 24 * self.size, 64) + self.inline_bytes
         self._collectives = {}
         self._lock = threading.Lock()
 
@@ -173,25 +189,30 @@ class Collective:
         self.ctl = rt.open_or_create(base + "/ctl", size, stripe_unit=_round_up(size, 64),
                                      servers=[servers[home]])
         self.joined = set()   # set indices of ranks that joined (join()) at this generation
-        self._reductions = {}  # name -> Reduction
+        self.payloads = []    # each rank's inline payload at this generation (arrive())
+        self._reductions = {}  # (dtype, bytes) -> Reduction
         self._parts = {}       # parity -> (name, smb.Buffer, capacity): this rank's part buffers
         self._peer_parts = {}  # name -> smb.Buffer: other ranks' parts
 
     # ------------------------------------------------------------- arrival
 
-    def arrive(self, meta):
-        """Writes this rank's metadata for the next generation, waits until
-        every rank of the set has (or has joined, see joining.py), and
-        returns all ranks' metadata; self.joined then holds the set
-        indices of the ranks that joined instead."""
+    def arrive(self, meta, payload=None):
+        """Writes this rank's metadata (and `payload`, a small tensor's bytes:
+        see inline_bytes) for the next generation, waits until every rank
+        of the set has (or has joined, see joining.py), and returns all
+        ranks' metadata; self.payloads then holds each rank's payload and
+        self.joined the set indices of the ranks that joined instead."""
         g = self.generation = self.generation + 1
         meta = dict(meta, g=g)
         blob = json.dumps(meta, separators=(",", ":")).encode()
-        if len(blob) + 8 > self.group.slot_bytes:
+        slot = struct.pack("<Q", len(blob)) + blob
+        if payload is not None:
+            slot += payload.tobytes() if hasattr(payload, "tobytes") else bytes(payload)
+        if len(slot) > self.group.slot_bytes:
             raise CollectiveError(f"{self.name}: metadata of {len(blob)} bytes does not fit its slot")
         with timeline.phase("NEGOTIATE_" + str(meta.get("op", "")).upper()):
-            self.ctl.write(self._slot_offset(g, self.group.index), struct.pack("<Q", len(blob)) + blob)
-            self.ctl.apply("accumulate", "i64", 0, x=struct.pack("<q", 1))
+            # One op both writes the slot and counts the arrival (the version).
+            self.ctl.apply("copy", "u8", self._slot_offset(g, self.group.index), x=slot)
             arrived = self._wait_for_everyone(g)
         self.expected_version += arrived
         return self._read_slots(g)
@@ -288,16 +309,22 @@ class Collective:
     def _slot_offset(self, g, index):
         return 8 + ((g % 2) * self.group.size + index) * self.group.slot_bytes
 
-    def _slots(self, g):
-        raw = self.ctl.read(self._slot_offset(g, 0), size=self.group.size * self.group.slot_bytes)
+    def _slots(self, g, payloads=None):
+        """Every rank's slot of generation g (None where empty); with a list
+        `payloads`, also what follows each slot's metadata (views of one
+        read, no copies)."""
+        slot_bytes = self.group.slot_bytes
+        raw = memoryview(self.ctl.read(self._slot_offset(g, 0), size=self.group.size * slot_bytes))
         out = []
         for i in range(self.group.size):
-            at = i * self.group.slot_bytes
+            at = i * slot_bytes
             (length,) = struct.unpack_from("<Q", raw, at)
-            if length == 0 or length > self.group.slot_bytes - 8:
+            if length == 0 or length > slot_bytes - 8:
                 out.append(None)
             else:
                 out.append(json.loads(bytes(raw[at + 8:at + 8 + length])))
+            if payloads is not None:
+                payloads.append(raw[at + 8 + length:at + slot_bytes] if out[-1] is not None else None)
         return out
 
     def _missing(self, g, joined=()):
@@ -306,7 +333,8 @@ class Collective:
                 if i not in joined and (s is None or s.get("g", 0) < g)]
 
     def _read_slots(self, g):
-        slots = self._slots(g)
+        self.payloads = []
+        slots = self._slots(g, self.payloads)
         for i, s in enumerate(slots):
             if i in self.joined:
                 continue
@@ -324,14 +352,14 @@ class Collective:
         arriving: no rank touches it between two uses, so the version read
         here (when opening, or after this rank sat out uses in join()) is
         the one every participant starts from."""
-        rt = self.group.runtime
-        striping = Striping(nbytes, sorted(rt.client.servers), f"{self.base}/{dtype}")
-        name = f"{self.base}/red-{dtype}-{nbytes}"
-        entry = self._reductions.get(name)
+        entry = self._reductions.get((dtype, nbytes))  # looked up once: hashing and names cost per call
         if entry is None:
+            rt = self.group.runtime
+            striping = Striping(nbytes, sorted(rt.client.servers), f"{self.base}/{dtype}")
+            name = f"{self.base}/red-{dtype}-{nbytes}"
             size = striping.region * (2 + self.group.size)
             buf = rt.open_or_create(name, size, stripe_unit=striping.stripe_unit, servers=striping.servers)
-            entry = self._reductions[name] = Reduction(buf, striping)
+            entry = self._reductions[(dtype, nbytes)] = Reduction(buf, striping)
         if entry.expected is None:
             entry.expected = entry.buffer.version()
         return entry

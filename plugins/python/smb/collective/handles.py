@@ -12,7 +12,7 @@ outstanding is a ValueError, deterministically.
 import itertools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from . import basics, timeline
 from .fabric import HorovodInternalError
@@ -34,6 +34,7 @@ _lock = threading.Lock()
 _handles = {}
 _reserved = set()
 _counter = itertools.count(1)
+_here = threading.local()  # .active: submit() runs the collective in the caller's thread
 
 
 class _Pending:
@@ -87,8 +88,31 @@ def submit(handle, process_set, op_label, prefix, name, work, finish=lambda r: r
             finally:
                 timeline.end(record)
 
-    _handles[handle] = _Pending(_executor.submit(run), key, finish)
+    if getattr(_here, "active", False):
+        future = Future()
+        try:
+            future.set_result(run())
+        except Exception as e:  # noqa: BLE001 - synchronize() raises it, as from a thread
+            future.set_exception(e)
+    else:
+        future = _executor.submit(run)
+    _handles[handle] = _Pending(future, key, finish)
     return handle
+
+
+def run_here(start):
+    """The synchronous API: start() submits one collective, which runs in
+    this thread, and its result is returned. Handing it to a worker thread
+    and waiting there for it costs two thread switches, more than a small
+    collective itself; the caller would block either way, and other
+    outstanding collectives keep their threads, so nothing can deadlock
+    that did not before."""
+    _here.active = True
+    try:
+        handle = start()
+    finally:
+        _here.active = False
+    return synchronize(handle)
 
 
 def poll(handle):

@@ -280,6 +280,40 @@ class T02Allreduce(Case):
             self.assertSameTensor(out, reference(data, op), what)
             self.assertTrue(torch.equal(mine, data[self.rank]), what + ": input changed")
 
+    def test_both_paths_at_the_inline_limit(self):
+        """A tensor that fits the arrival slot is reduced on each rank, a
+        larger one on the servers (smb.collective.fabric, "inline"); both
+        give every op and dtype exactly, right at the limit and one element
+        past it, and every rank the same bits (float32 noise, not integers)."""
+        from smb.collective import fabric
+        limit = fabric.inline_capacity(self.size)
+        for dtype in DTYPES:
+            itemsize = torch.empty(0, dtype=dtype).element_size()
+            for n in (limit // itemsize, limit // itemsize + 1):
+                for op in REDUCE_OPS:
+                    lo, hi = (-1, 2) if op == hvd.Product else (-10, 10)
+                    data = all_ranks((n,), dtype, "inline", op, dtype, n, lo=lo, hi=hi)
+                    out = hvd.allreduce(data[self.rank], name=f"ar.inline.{dname(dtype)}.{n}", op=op)
+                    self.assertSameTensor(out, reference(data, op), f"{OP_NAMES[op]} {dtype} x {n}")
+        for n in (limit // 4, limit // 4 + 1):
+            noise = torch.randn(hvd.size(), n, generator=gen("inline.noise", n))
+            out = hvd.allreduce(noise[self.rank], name=f"ar.inline.noise.{n}", op=hvd.Sum)
+            torch.testing.assert_close(out, noise.sum(0))
+            self.assertEverywhere(zlib.crc32(out.numpy().tobytes()), f"inline.bits.{n}")
+        # Parts travel inline or through part buffers rank by rank: even
+        # ranks' parts fit their slots, odd ranks' do not.
+        rows = [limit // 8 if r % 2 == 0 else limit // 8 + 1 for r in range(self.size)]
+        parts = [torch.arange(rows[r] * 2, dtype=torch.float32).view(-1, 2) + 1000 * r for r in range(self.size)]
+        out = hvd.allgather(parts[self.rank], name="ag.inline")
+        self.assertTrue(torch.equal(out, torch.cat(parts)))
+        for root in range(self.size):
+            out = hvd.broadcast(parts[root] if self.rank == root else torch.zeros_like(parts[root]), root,
+                                name=f"bc.inline.{rows[root]}")
+            self.assertTrue(torch.equal(out, parts[root]), f"root {root}")
+        sent = torch.cat([parts[self.rank]] * self.size)
+        out, _ = hvd.alltoall(sent, [rows[self.rank]] * self.size, name="a2a.inline")
+        self.assertTrue(torch.equal(out, torch.cat(parts)))
+
     def test_async_in_different_orders(self):
         """Ranks may submit their collectives in different orders (Horovod
         negotiates by name): 130 async allreduces, reversed on odd ranks (so
