@@ -16,6 +16,8 @@ warnings and errors.
 """
 
 import math
+import os
+import struct
 
 import numpy as np
 
@@ -159,6 +161,52 @@ def _reduce_inline(c, t, red):
     return out.view(np.uint8)
 
 
+# Where a large allreduce is reduced: "servers" (accumulate on the memory
+# servers, the default) or "ranks" (each rank reduces one shard: a
+# reduce-scatter and allgather through the fabric; docs/benchmarks.md
+# has the measurements behind the default).
+_REDUCTION = os.environ.get("SMB_TORCH_REDUCTION", "servers")
+_BY_RANKS_FROM = 64 * 1024  # bytes: below, one shard per rank is too small to pay for its reads
+
+
+def _by_ranks(t):
+    return _REDUCTION == "ranks" and t.dtype in _NUMPY_TYPES and t.data.nbytes >= _BY_RANKS_FROM
+
+
+def _reduce_by_ranks(c, entry, t, red):
+    """After arriving (every rank's input already in its region): rank k of
+    the W reduces shard k of every input in set order and writes it into
+    the result region, counts itself done on the ctl (one op), waits for
+    all W and reads the whole result."""
+    group = c.group
+    buf, striping = entry.buffer, entry.striping
+    result = striping.offset(c.generation % 2)
+    w, nbytes = group.size, t.data.nbytes
+    per = -(-t.numel // w) * t.itemsize
+    lo = min(group.index * per, nbytes)
+    hi = min(lo + per, nbytes)
+    if hi > lo:
+        parts = np.empty((w, hi - lo), dtype=np.uint8)
+        with phase("READ"):
+            for r in [buf.read_async(striping.offset(2 + k) + lo, parts[k]) for k in range(w)]:
+                r.wait()
+        x = parts.view(t.dtype)
+        ufunc = _LOCAL_REDUCE[red]
+        out = x[0].copy()
+        for k in range(1, w):
+            ufunc(out, x[k], out=out)
+        with phase("WRITE"):
+            buf.write(result + lo, out.view(np.uint8))
+    c.ctl.apply("accumulate", "i64", 0, x=struct.pack("<q", 1))
+    with phase("WAIT"):
+        c.wait_data(c.ctl, c.expected_version + w, list(range(w)))
+    c.expected_version += w
+    out = np.empty(nbytes, dtype=np.uint8)
+    with phase("READ"):
+        buf.read(result, out)
+    return out
+
+
 def allreduce(group, name, t, red, prescale, postscale):
     """The reduction over the set (scaled by the caller). Returns the result's
     bytes and whether ranks had joined (they count as zeros, Horovod's rule:
@@ -171,10 +219,17 @@ def allreduce(group, name, t, red, prescale, postscale):
             return np.empty(0, dtype=np.uint8), bool(c.joined)
         return _reduce_inline(c, t, red), bool(c.joined)
     dt, entry = _reduction(c, t)
-    slots = c.arrive(meta("allreduce", t, red=red, pre=prescale, post=postscale))
+    by_ranks = _by_ranks(t)
+    if by_ranks:  # others read it as soon as they see this rank arrive
+        with phase("WRITE"):
+            entry.buffer.write(entry.striping.offset(2 + group.index), t.data)
+    slots = c.arrive(meta("allreduce", t, red=red, pre=prescale, post=postscale, ranks=by_ranks))
     check("allreduce", slots, c.joined)
     if t.numel == 0:
         return np.empty(0, dtype=np.uint8), bool(c.joined)
+    # Only where every rank chose it (the environment could differ) and none joined.
+    if not c.joined and all(s.get("ranks") for s in slots):
+        return _reduce_by_ranks(c, entry, t, red), False
     return _reduce_into(c, dt, entry, t, red), bool(c.joined)
 
 

@@ -314,6 +314,30 @@ class T02Allreduce(Case):
         out, _ = hvd.alltoall(sent, [rows[self.rank]] * self.size, name="a2a.inline")
         self.assertTrue(torch.equal(out, torch.cat(parts)))
 
+    def test_reduction_on_the_ranks(self):
+        """SMB_TORCH_REDUCTION=ranks: each rank reduces a shard (a
+        reduce-scatter and allgather through the fabric) instead of the
+        servers; exact for every op, and where ranks disagree on the
+        setting they all take the servers' path."""
+        from smb.collective import data as fabric_data
+        saved, by_ranks = fabric_data._REDUCTION, fabric_data._reduce_by_ranks
+        used = []
+        fabric_data._reduce_by_ranks = lambda *a: used.append(1) or by_ranks(*a)
+        try:
+            n = fabric_data._BY_RANKS_FROM // 4 + 3 * self.size + 1  # shards of unequal size
+            for setting, expected in (("ranks", 15), ("ranks" if self.rank % 2 else "servers", 0)):
+                fabric_data._REDUCTION = setting
+                used.clear()
+                for dtype in (torch.int32, torch.float32, torch.float64):
+                    for op in REDUCE_OPS:
+                        lo, hi = (-1, 2) if op == hvd.Product else (-10, 10)
+                        data = all_ranks((n,), dtype, "by ranks", op, dtype, lo=lo, hi=hi)
+                        out = hvd.allreduce(data[self.rank], name=f"ar.ranks.{dname(dtype)}", op=op)
+                        self.assertSameTensor(out, reference(data, op), f"{setting}: {OP_NAMES[op]} {dtype}")
+                self.assertEqual(len(used), expected, setting)
+        finally:
+            fabric_data._REDUCTION, fabric_data._reduce_by_ranks = saved, by_ranks
+
     def test_async_in_different_orders(self):
         """Ranks may submit their collectives in different orders (Horovod
         negotiates by name): 130 async allreduces, reversed on odd ranks (so
