@@ -19,6 +19,12 @@ final accuracy, and the fabric servers' CPU seconds and RSS.
 
 Usage: tools/bench/testbed_training.py [--preset ci | --build DIR] [--epochs 12] [--target 0.97]
            [--repeat 3] [--tau 4] [--link 1gbit] [--write-docs] [--plot]
+           [--sites 2 [--between 100mbit] [--rtt 50]]
+
+--sites 2 is the two-site scenario: h1, h2 (workers) and h3 (server) in one
+site, h4, h5 and h6 in the other, joined by a slow, distant line; each site
+is a group that averages every step through its own server, and exchanges
+with the global weights (striped over h3 and h6) every --tau steps.
 Needs root, iproute2, Open MPI, python3-torch and python3-sklearn.
 Results: build/PRESET/testbed-training/.
 """
@@ -33,38 +39,54 @@ from testbed_hosts import ROOT, host_command, proc_usage, replace_section, start
 
 NAME = "smbtbtrain"
 BEGIN, END = "<!-- testbed-training:begin -->", "<!-- testbed-training:end -->"
+BEGIN_SITES, END_SITES = "<!-- testbed-two-sites:begin -->", "<!-- testbed-two-sites:end -->"
 AGENT = os.path.join(ROOT, "tools", "testbed", "mpi-agent.sh")
 EXAMPLE = os.path.join(ROOT, "plugins", "torch", "examples", "train_digits.py")
 GROUP_SERVER = "127.0.0.1:7100"
 PYTHON = "/usr/bin/python3"
 
 
-def mpirun(per_host, env, argv):
-    """The command that runs argv on h1 and h2 (per_host ranks each) under mpirun."""
-    cmd = ["mpirun", "--allow-run-as-root", "--host", f"h1:{per_host},h2:{per_host}", "-np", 2 * per_host,
+def mpirun(hosts, per_host, env, argv):
+    """The command that runs argv on `hosts` (per_host ranks each) under mpirun, from the first."""
+    cmd = ["mpirun", "--allow-run-as-root", "--host", ",".join(f"{h}:{per_host}" for h in hosts),
+           "-np", str(len(hosts) * per_host),
            "--mca", "plm_rsh_agent", AGENT, "--mca", "routed", "direct", "--mca", "oob_tcp_if_include", "eth0",
            "--mca", "btl_tcp_if_include", "eth0", "--mca", "btl", "tcp,self"]
     for name, value in env.items():
         cmd += ["-x", f"{name}={value}"]
-    return host_command(NAME, "h1", *cmd, *argv)
+    return host_command(NAME, hosts[0], *cmd, *argv)
 
 
-def train(config, args, build, fabric, run, log_dir):
+def site_env(layout, argv):
+    """argv run with each rank's own site's group server (SMB_GROUP_SERVERS):
+    ranks are placed on the worker hosts in order, site after site."""
+    per_site = layout["ranks_per_site"]
+    choices = " ".join(f'[ "$r" -ge {i * per_site} ] && export SMB_GROUP_SERVERS={g};'
+                       for i, g in enumerate(layout["group_servers"]))
+    return ["sh", "-c", f'r=$OMPI_COMM_WORLD_RANK; {choices} exec "$@"', "sh", *argv]
+
+
+def train(config, args, layout, fabric, run, log_dir):
     """One training run: rank 0's epochs as dicts."""
     label, mode, extra = config
-    env = {"PYTHONPATH": os.path.join(build, "python"), "OMP_NUM_THREADS": "1"}
+    workers = layout["workers"]
+    env = {"PYTHONPATH": os.path.join(layout["build"], "python"), "OMP_NUM_THREADS": "1"}
     argv = [PYTHON, EXAMPLE, "--epochs", args.epochs, "--json", *extra]
     if mode == "ddp-gloo":
-        env.update(MASTER_ADDR=tb(NAME, "addr", "h1").stdout.strip(), MASTER_PORT=str(29600 + run),
+        env.update(MASTER_ADDR=tb(NAME, "addr", workers[0]).stdout.strip(), MASTER_PORT=str(29600 + run),
                    GLOO_SOCKET_IFNAME="eth0")
         # torch.distributed's env:// wants RANK and WORLD_SIZE; Open MPI names them its own way.
         argv = ["sh", "-c", 'RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE exec "$@"', "sh",
                 *argv, "--baseline", "ddp-gloo"]
     else:
-        env.update(SMB_SERVERS=",".join(fabric), SMB_GROUP_SERVERS=GROUP_SERVER,
-                   SMB_JOB_ID=f"{NAME}-{label.replace(' ', '-')}-{run}")
+        env.update(SMB_SERVERS=",".join(fabric), SMB_JOB_ID=f"{NAME}-{label.replace(' ', '-')}-{run}")
+        if layout["group_servers"] == [GROUP_SERVER]:
+            env.update(SMB_GROUP_SERVERS=GROUP_SERVER)
+        else:
+            env.update(SMB_TORCH_GROUP_SIZE=str(layout["ranks_per_site"]))
+            argv = site_env(layout, argv)
         argv += ["--mode", mode]
-    r = subprocess.run(mpirun(args.per_host, env, argv), text=True, capture_output=True, timeout=1800,
+    r = subprocess.run(mpirun(workers, args.per_host, env, argv), text=True, capture_output=True, timeout=1800,
                        env=dict(os.environ, SMB_TESTBED_NAME=NAME))
     with open(os.path.join(log_dir, f"{label.replace(' ', '-')}-{run}.log"), "w") as f:
         f.write(r.stdout + r.stderr)
@@ -91,23 +113,37 @@ def measure(args, build, log_dir):
                ("smb.torch, Horovod averaging", "horovod", []),
                (f"smb.torch, hybrid sync, tau {args.tau}", "sync", ["--tau", str(args.tau)]),
                (f"smb.torch, hybrid seasgd, tau {args.tau}", "seasgd", ["--tau", str(args.tau), "--alpha", "0.5"])]
-    tb(NAME, "up", "--hosts", "4", "--link", args.link)
+    if args.sites == 1:
+        # h1, h2 workers; h3, h4 the fabric; each worker host's group server on its loopback.
+        tb(NAME, "up", "--hosts", "4", "--link", args.link)
+        layout = {"workers": ["h1", "h2"], "servers": ["h3", "h4"], "group_servers": [GROUP_SERVER]}
+    else:
+        # Two sites, each 2 worker hosts and a memory-server host: h1, h2, h3 | h4, h5, h6. Each
+        # site's server also serves its group (the site averages over its own links); the
+        # fabric (the global weights) is striped over both sites' servers.
+        tb(NAME, "up", "--hosts", "6", "--link", args.link, "--sites", "2", "--between", args.between,
+           "--rtt", str(args.rtt))
+        layout = {"workers": ["h1", "h2", "h4", "h5"], "servers": ["h3", "h6"], "ranks_per_site": 2 * args.per_host}
+    layout["build"] = build
     procs = []
     try:
         fabric = []
-        for h in ("h3", "h4"):
+        for h in layout["servers"]:
             proc, address = start_smbd(NAME, build, h, log_dir, 256 << 20)
             procs.append(proc)
             fabric.append(address)
-        for h in ("h1", "h2"):  # each worker host's group server, on its loopback
-            proc, _ = start_smbd(NAME, build, h, log_dir, 64 << 20, listen=GROUP_SERVER)
-            procs.append(proc)
+        if args.sites == 1:
+            for h in layout["workers"]:  # each worker host's group server, on its loopback
+                proc, _ = start_smbd(NAME, build, h, log_dir, 64 << 20, listen=GROUP_SERVER)
+                procs.append(proc)
+        else:
+            layout["group_servers"] = fabric
         results = {label: {"runs": []} for label, _, _ in configs}
         for run in range(args.repeat):
             for config in configs:  # interleaved, so that a slow minute hits every configuration
                 print(f"== run {run + 1}/{args.repeat}: {config[0]}", file=sys.stderr)
                 before = [proc_usage(p.pid) for p in procs[:2]]
-                epochs = train(config, args, build, fabric, run, log_dir)
+                epochs = train(config, args, layout, fabric, run, log_dir)
                 after = [proc_usage(p.pid) for p in procs[:2]]
                 results[config[0]]["runs"].append({
                     "epochs": epochs, "time_to_target": time_to(epochs, args.target),
@@ -124,10 +160,18 @@ def measure(args, build, log_dir):
 
 def markdown(results, args):
     ddp = median([r["time_to_target"] for r in results["DDP over gloo"]["runs"]])
-    out = [BEGIN, "",
-           f"Measured by `tools/bench/testbed_training.py` on this 2-core machine: 2 worker hosts x "
-           f"{args.per_host} workers, 2 memory-server hosts, links {args.link}; each worker host's group "
-           f"averages through an smbd on its own loopback (SMB_GROUP_SERVERS). Median of {args.repeat} runs "
+    if args.sites == 1:
+        where = (f"2 worker hosts x {args.per_host} workers, 2 memory-server hosts, links {args.link}; each "
+                 f"worker host's group averages through an smbd on its own loopback (SMB_GROUP_SERVERS)")
+    else:
+        where = (f"two sites, each 2 worker hosts x {args.per_host} workers and a memory-server host, links "
+                 f"{args.link} inside a site, the sites joined by {args.between} with a {args.rtt} ms round trip "
+                 f"(tools/testbed/delay_link.cpp); a site is a group, averaging through its own server; the "
+                 f"global weights are striped over both sites' servers; DDP's ring spans both sites")
+    begin, end = (BEGIN, END) if args.sites == 1 else (BEGIN_SITES, END_SITES)
+    out = [begin, "",
+           f"Measured by `tools/bench/testbed_training.py{' --sites 2' if args.sites == 2 else ''}` on this "
+           f"2-core machine: {where}. Median of {args.repeat} runs "
            f"each, interleaved; seconds from the first step until rank 0's test accuracy first reaches "
            f"{args.target:.2f} (a run that never does counts as missing).", "",
            "| run | seconds to target | DDP-gloo time / this time | reached in | final accuracy | "
@@ -147,7 +191,7 @@ def markdown(results, args):
         else:
             cpu_s, rss_s = f"{cpu:.1f}", f"{rss / 2**20:.0f} MiB"
         out.append(f"| {label} | {shown} | {ratio} | {reached}/{len(times)} runs | {final:.3f} | {cpu_s} | {rss_s} |")
-    out += ["", END]
+    out += ["", end]
     return "\n".join(out)
 
 
@@ -167,7 +211,8 @@ def plot(results, args):
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path = os.path.join(ROOT, "docs", "img", "testbed-time-to-accuracy.png")
+    path = os.path.join(ROOT, "docs", "img", "testbed-time-to-accuracy.png" if args.sites == 1 else
+                        "testbed-two-sites-time-to-accuracy.png")
     fig.savefig(path, dpi=110)
     return path
 
@@ -182,6 +227,10 @@ def main():
     p.add_argument("--tau", type=int, default=4)
     p.add_argument("--per-host", type=int, default=2)
     p.add_argument("--link", default="1gbit")
+    p.add_argument("--sites", type=int, choices=(1, 2), default=1,
+                   help="2: two sites of 2 worker hosts and a server host each, joined by --between/--rtt")
+    p.add_argument("--between", default="100mbit", help="the line between the sites (--sites 2)")
+    p.add_argument("--rtt", type=int, default=50, help="its round trip, ms (--sites 2)")
     p.add_argument("--write-docs", action="store_true")
     p.add_argument("--plot", action="store_true")
     args = p.parse_args()
@@ -196,7 +245,8 @@ def main():
     text = markdown(results, args)
     print(text)
     if args.write_docs:
-        replace_section(os.path.join(ROOT, "docs", "benchmarks.md"), BEGIN, END, text)
+        replace_section(os.path.join(ROOT, "docs", "benchmarks.md"), *((BEGIN, END) if args.sites == 1 else
+                                                                       (BEGIN_SITES, END_SITES)), text)
     if args.plot:
         print("plot:", plot(results, args), file=sys.stderr)
 
