@@ -86,7 +86,8 @@ test_preset() {
   fi
   echo "run-tests: '$preset' tests FAILED" >&2
   FAILED_STAGES+=("$preset")
-  # Named again in the summary, the last lines a CI log shows.
+  # Named again in the summary, the last lines a CI log shows (the rerun
+  # rewrote the file: these are the ones that failed twice).
   if [[ -f $failed ]]; then FAILED_TESTS+=("${preset}: $(cut -d: -f2- "$failed" | paste -sd' ')"); fi
 }
 

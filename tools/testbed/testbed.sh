@@ -11,7 +11,7 @@
 #                                                         (6 hosts: h1-h3, h4-h6), each site its own
 #                                                         bridge, sites joined in a chain by links of
 #                                                         --between RATE (default 100mbit) and --rtt
-#                                                         (default 50 ms: half each way, netem)
+#                                                         (default 50 ms: half each way; delay_link.cpp)
 #   testbed.sh [--name NAME] exec HOST CMD...               HOST: h3 or 3
 #   testbed.sh [--name NAME] addr HOST                      prints the host's address
 #   testbed.sh [--name NAME] down                           removes everything NAME made
@@ -112,7 +112,7 @@ cmd_up() {
       --hosts) hosts=$2; shift ;;
       --link) link=$2; shift ;;
       --sites) sites=$2; shift ;;
-      --between) between=$2; burst_for "$between" >/dev/null; shift ;;
+      --between) between=$2; bits_of "$between" >/dev/null; shift ;;
       --rtt) rtt=${2%ms}; shift ;;
       --link-for)
         [[ $2 =~ ^h?([0-9]+)=(.+)$ ]] || die "up: --link-for HOST=RATE (h3=10gbit, h3=none)"

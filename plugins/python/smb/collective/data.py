@@ -142,23 +142,32 @@ _LOCAL_REDUCE = {"sum": np.add, "average": np.add, "min": np.minimum, "max": np.
 _NUMPY_TYPES = {"float32", "float64", "float16", "uint8", "int8", "int16", "int32", "int64"}
 
 
+def _fits_slot(group, t):
+    """Whether the tensor's bytes travel in its arrival slot (fabric.py, "inline")."""
+    return t.data.nbytes <= group.inline_bytes
+
+
 def _inline(group, t):
     """Whether this tensor's reduction travels in the arrival slots: the same
     answer on every rank whose dtype and shape agree (those that do not
     fail check() before either path goes on)."""
-    return t.dtype in _NUMPY_TYPES and t.data.nbytes <= group.inline_bytes
+    return t.dtype in _NUMPY_TYPES and _fits_slot(group, t)
+
+
+def _reduce_in_order(red, arrays):
+    """The reduction of `arrays` (NumPy, one dtype) one after another, in
+    their order: every rank that reduces the same arrays gets the same bits."""
+    ufunc = _LOCAL_REDUCE[red]
+    out = None
+    for x in arrays:
+        out = x.copy() if out is None else ufunc(out, x, out=out)
+    return out
 
 
 def _reduce_inline(c, t, red):
     """The reduction of the live ranks' payloads, in set order on every rank."""
-    ufunc = _LOCAL_REDUCE[red]
-    out = None
-    for i, payload in enumerate(c.payloads):
-        if i in c.joined:
-            continue
-        x = np.frombuffer(payload, dtype=t.dtype, count=t.numel)
-        out = x.copy() if out is None else ufunc(out, x, out=out)
-    return out.view(np.uint8)
+    return _reduce_in_order(red, (np.frombuffer(payload, dtype=t.dtype, count=t.numel)
+                                  for i, payload in enumerate(c.payloads) if i not in c.joined)).view(np.uint8)
 
 
 # Where a large allreduce is reduced: "servers" (accumulate on the memory
@@ -190,13 +199,9 @@ def _reduce_by_ranks(c, entry, t, red):
         with phase("READ"):
             for r in [buf.read_async(striping.offset(2 + k) + lo, parts[k]) for k in range(w)]:
                 r.wait()
-        x = parts.view(t.dtype)
-        ufunc = _LOCAL_REDUCE[red]
-        out = x[0].copy()
-        for k in range(1, w):
-            ufunc(out, x[k], out=out)
+        shard = _reduce_in_order(red, parts.view(t.dtype))
         with phase("WRITE"):
-            buf.write(result + lo, out.view(np.uint8))
+            buf.write(result + lo, shard.view(np.uint8))
     c.ctl.apply("accumulate", "i64", 0, x=struct.pack("<q", 1))
     with phase("WAIT"):
         c.wait_data(c.ctl, c.expected_version + w, list(range(w)))
@@ -258,7 +263,7 @@ def _offer(c, t):
     """How this rank's part travels: in its arrival slot when it fits
     (fabric.py, "inline"), else in its part buffer. Returns the metadata
     that says which, and the slot's payload."""
-    if t.data.nbytes <= c.group.inline_bytes:
+    if _fits_slot(c.group, t):
         return {"inline": True}, t.data
     return {"part": c.write_part(t.data)}, None
 

@@ -205,11 +205,10 @@ class Collective:
         g = self.generation = self.generation + 1
         meta = dict(meta, g=g)
         blob = json.dumps(meta, separators=(",", ":")).encode()
-        slot = struct.pack("<Q", len(blob)) + blob
-        if payload is not None:
-            slot += payload.tobytes() if hasattr(payload, "tobytes") else bytes(payload)
+        slot = struct.pack("<Q", len(blob)) + blob + (bytes(payload) if payload is not None else b"")
         if len(slot) > self.group.slot_bytes:
-            raise CollectiveError(f"{self.name}: metadata of {len(blob)} bytes does not fit its slot")
+            raise CollectiveError(f"{self.name}: metadata of {len(blob)} bytes and {len(slot) - 8 - len(blob)} "
+                                  f"of tensor do not fit its slot of {self.group.slot_bytes}")
         with timeline.phase("NEGOTIATE_" + str(meta.get("op", "")).upper()):
             # One op both writes the slot and counts the arrival (the version).
             self.ctl.apply("copy", "u8", self._slot_offset(g, self.group.index), x=slot)
