@@ -66,7 +66,12 @@ class EngineCore {
   static constexpr std::uint64_t kGroupSums = 2;  // alternating allreduce sums in the group area
   Buffer global_;
   Buffer delta_;       // downpour: this group's delta area (roots)
-  Buffer group_area_;  // kGroupSums sums + a broadcast slot
+  // kGroupSums sums, a broadcast slot and a region of zeros, each region
+  // group_stride_ bytes (bytes_ rounded up to stripe unit x servers), so that
+  // the zeros lie on the same servers as any sum's same place and a sum is
+  // zeroed by the servers (apply_from copy) instead of sent zeros.
+  Buffer group_area_;
+  std::uint64_t group_stride_ = 0;
   Buffer sums_[2];     // synchronous mode: alternating sums
   Buffer ready_;       // synchronous mode: per chunk, how many roots have added it
   std::vector<float> scratch_;

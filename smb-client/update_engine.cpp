@@ -20,6 +20,7 @@
 
 #include "gpu/gpu_group.hpp"
 
+#include <cstdlib>
 #include <stdexcept>
 
 namespace smb {
@@ -39,6 +40,9 @@ std::unique_ptr<Client> group_client_on(const EngineConfig& config) {
   ClientOptions options;
   options.servers = config.group_servers;
   options.timeout = config.timeout;
+  options.transport = config.group_transport;
+  if (const char* env = std::getenv("SMB_GROUP_TRANSPORT"); options.transport.empty() && env != nullptr)
+    options.transport = env;  // still empty: the client's own default
   return std::make_unique<Client>(options);
 }
 }  // namespace
@@ -49,6 +53,8 @@ EngineCore::EngineCore(Client& client, EngineConfig config)
       own_group_client_(group_client_on(config_)),
       group_client_(own_group_client_ ? *own_group_client_ : client_),
       bytes_(config_.parameters * sizeof(float)) {
+  const std::uint64_t stripes = BufferOptions{}.stripe_unit * group_client_.servers().size();
+  group_stride_ = (bytes_ + stripes - 1) / stripes * stripes;
   const auto& c = config_;
   auto bad = [&](const std::string& why) { throw Error(Errc::invalid_argument, "update engine '" + c.name + "': " + why); };
   if (c.parameters == 0) bad("no parameters");
@@ -57,6 +63,8 @@ EngineCore::EngineCore(Client& client, EngineConfig config)
   if (c.tau == 0) bad("tau must be at least 1");
   if (!(c.alpha > 0 && c.alpha <= 1)) bad("alpha must be in (0, 1]");
   if (c.cuda_device < -1) bad("cuda_device must be -1 (host memory) or a CUDA device number");
+  if (!c.group_transport.empty() && c.group_servers.empty())
+    bad("group_transport '" + c.group_transport + "' is for group_servers, and none are given");
   if (c.cuda_device >= 0) gpu_ = gpu::GpuGroup::open(config_);
   scratch_.resize(static_cast<std::size_t>(c.parameters));  // Wg, in exchanges
 }
@@ -103,10 +111,13 @@ void EngineCore::initialize(std::span<float> params) {
   }
   if (root()) {
     if (!gpu_ && c.group_size > 1) {  // a group of one has nothing to reduce or broadcast
-      group_area_ = group_client_.open_or_create(c.name + "/group/" + group, bytes_ * (kGroupSums + 1),
+      group_area_ = group_client_.open_or_create(c.name + "/group/" + group, group_stride_ * (kGroupSums + 2),
                                                  c.group_servers.empty() ? fabric_buffers() : BufferOptions{});
-      const std::vector<std::byte> zeros(bytes_ * kGroupSums);
-      group_area_.write(0, zeros);  // the sums start at zero (scale by 0 would keep a NaN)
+      // The sums start at zero, and the zeros region stays so (scale by 0
+      // would keep a NaN).
+      const std::vector<std::byte> zeros(bytes_);
+      for (std::uint64_t region = 0; region < kGroupSums; ++region) group_area_.write(region * group_stride_, zeros);
+      group_area_.write((kGroupSums + 1) * group_stride_, zeros);
     }
     if (c.mode == UpdateMode::downpour) delta_ = client_.open_or_create(c.name + "/delta/" + group, bytes_, fabric_buffers());
     if (c.group == 0) {
@@ -139,7 +150,7 @@ void EngineCore::allreduce(std::span<float> grads) {
   // member zeroes its share after the last read, and the next step's
   // barriers order that before anyone adds into it again.
   const std::uint64_t n = config_.parameters;
-  const std::uint64_t sum = (allreduces_++ % kGroupSums) * bytes_;
+  const std::uint64_t sum = (allreduces_++ % kGroupSums) * group_stride_;
   group_area_.apply(VectorOp::accumulate, DType::f32, sum, n, 1.0, bytes_of(std::span<const float>(grads)));
   group_barrier("allreduce-written");
   group_area_.read(sum, bytes_of(grads));
@@ -149,10 +160,9 @@ void EngineCore::allreduce(std::span<float> grads) {
   const std::uint64_t share = (n + config_.group_size - 1) / config_.group_size;
   const std::uint64_t first = std::min<std::uint64_t>(n, config_.group_rank * share);
   const std::uint64_t count = std::min<std::uint64_t>(n - first, share);
-  if (count > 0) {
-    const std::vector<std::byte> zeros(count * sizeof(float));
-    group_area_.write(sum + first * sizeof(float), zeros);
-  }
+  if (count > 0)  // a copy on the servers: nothing crosses the transport
+    group_area_.apply_from(VectorOp::copy, DType::f32, sum + first * sizeof(float), count, 1.0, group_area_,
+                           (kGroupSums + 1) * group_stride_ + first * sizeof(float));
 }
 
 void EngineCore::after_step(std::span<float> params) {
@@ -196,7 +206,7 @@ void EngineCore::exchange(std::span<float> params) {
 
 void EngineCore::broadcast_in_group(std::span<float> params) {
   if (config_.group_size == 1) return;
-  const std::uint64_t slot = kGroupSums * bytes_;
+  const std::uint64_t slot = kGroupSums * group_stride_;
   if (root()) group_area_.write(slot, bytes_of(std::span<const float>(params)));
   group_barrier("broadcast-written");
   if (!root()) group_area_.read(slot, bytes_of(params));

@@ -66,6 +66,12 @@ struct EngineConfig {
   /// loopback) and the group averages over shared memory, as GPU groups do
   /// over NCCL, while only the roots' exchange crosses the network.
   std::vector<std::string> group_servers;
+  /// The transport to the group's own servers (one of SMB_TRANSPORTS), so a
+  /// node can average over shared memory ("ucx") while the fabric runs on
+  /// another ("tcp" across hosts); their smbd must serve it. Empty:
+  /// $SMB_GROUP_TRANSPORT, else the client's default ($SMB_TRANSPORT, else
+  /// "ucx"). Only with group_servers.
+  std::string group_transport;
   /// A checkpoint file (UpdateEngine::save_checkpoint): initialize() starts
   /// the global weights, and so every worker, from it instead of the first
   /// worker's parameters. Its size must match `parameters`; a damaged file

@@ -388,14 +388,17 @@ TEST_P(ConvergenceTest, TrainingGoesOnThroughARepairAndASecondLoss) {
 // Groups with servers of their own (EngineConfig::group_servers, e.g. an
 // smbd on each node): each group averages through its own server, exactly,
 // and its buffers live there, not on the fabric's servers; the global
-// weights stay on the fabric's.
+// weights stay on the fabric's. The groups' servers serve UCX (shared memory
+// on a node) whatever the fabric's transport is, as a node would across
+// hosts on tcp (EngineConfig::group_transport; on a UCX fabric the default,
+// the client's transport, is what picks it).
 TEST_P(ConvergenceTest, GroupsAverageOnTheirOwnServers) {
   if (fabric_transport() == "verbs")
     GTEST_SKIP() << "the groups' own servers are started on loopback, where verbs has no RDMA device";
   constexpr int kGroups = 2, kMembers = 2;
   constexpr std::uint64_t kFloats = 1000;
-  SmbdOptions group_daemon;  // the fabric's transport: a client speaks one
-  if (fabric_transport() != "ucx") group_daemon.extra_args = {"--transport", fabric_transport()};
+  const std::string group_transport = fabric_transport() == "ucx" ? "" : "ucx";
+  SmbdOptions group_daemon;  // smbd's default transport: ucx
   std::vector<std::unique_ptr<SmbdProcess>> group_servers;
   for (int g = 0; g < kGroups; ++g) group_servers.push_back(std::make_unique<SmbdProcess>(group_daemon));
   std::vector<std::thread> workers;
@@ -415,6 +418,7 @@ TEST_P(ConvergenceTest, GroupsAverageOnTheirOwnServers) {
           config.mode = smb::UpdateMode::synchronous;
           config.timeout = std::chrono::seconds(60);
           config.group_servers = {group_servers[static_cast<std::size_t>(g)]->address()};
+          config.group_transport = group_transport;
           smb::UpdateEngine engine(client, config);
           std::vector<float> w(kFloats, 0.0f);
           engine.initialize(w);
@@ -447,10 +451,30 @@ TEST_P(ConvergenceTest, GroupsAverageOnTheirOwnServers) {
   for (int g = 0; g < kGroups; ++g) {
     smb::ClientOptions own;
     own.servers = {group_servers[static_cast<std::size_t>(g)]->address()};
+    own.transport = "ucx";
     const auto names = names_on(smb::Client(own).status());
     EXPECT_NE(std::find(names.begin(), names.end(), "own-groups/group/" + std::to_string(g)), names.end())
         << "group " << g << "'s buffer is not on its own server";
   }
+}
+
+// group_transport names the transport to the group's own servers: without
+// them it is a mistake, said before anything is created.
+TEST_P(ConvergenceTest, GroupTransportWithoutGroupServersIsRefused) {
+  auto client = make_client();
+  smb::EngineConfig config;
+  config.name = "no-own-groups";
+  config.parameters = 10;
+  config.group_transport = "ucx";
+  try {
+    smb::UpdateEngine engine(client, config);
+    ADD_FAILURE() << "an engine with group_transport and no group_servers was created";
+  } catch (const smb::Error& e) {
+    EXPECT_EQ(e.code(), smb::Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("group_transport 'ucx' is for group_servers"), std::string::npos) << e.what();
+  }
+  for (const auto& s : client.status())
+    for (const auto& b : s.buffers) EXPECT_EQ(b.name.rfind("no-own-groups", 0), std::string::npos) << b.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fabrics, ConvergenceTest, testing::ValuesIn(multi_server_fabrics()), fabric_name);

@@ -156,6 +156,46 @@ TEST_P(VectorOpsTest, CallsBesideLargeWritesOnOneClientBothComplete) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], float(kCalls)) << "element " << i;
 }
 
+// Operands of a MiB and more per server travel apart from their call's
+// frame on some transports (UCX: by rendezvous, the frame in the message's
+// header; am_wire.hpp): every element lands where its frame says, from
+// several clients at once, with odd offsets and counts.
+TEST_P(VectorOpsTest, LargeOperandsLandWhereTheirFrameSays) {
+  constexpr std::size_t n = (3 << 20) / 4 + 5;  // 3 MiB and a bit, default 1 MiB stripes
+  constexpr std::size_t kOffset = 3, kCount = n - 7;
+  constexpr int kClients = 2, kIters = 3;
+  {
+    auto client = make_client();
+    auto sum = client.create("big-sum", n * 4);
+    sum.write(0, floats(std::vector<float>(n, 1.0f)));
+  }
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kClients);
+  for (int c = 0; c < kClients; ++c)
+    threads.emplace_back([&, c] {
+      try {
+        auto client = make_client();
+        auto sum = client.open("big-sum");
+        std::vector<float> x(kCount);
+        for (std::size_t i = 0; i < kCount; ++i) x[i] = static_cast<float>((i % 1000) * (c + 1));
+        for (int k = 0; k < kIters; ++k) sum.apply(VectorOp::axpy, DType::f32, kOffset * 4, kCount, 2.0, floats(x));
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(c)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  auto client = make_client();
+  auto sum = client.open("big-sum");
+  const auto got = read_floats(sum, 0, n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool inside = i >= kOffset && i < kOffset + kCount;
+    // 2 x kIters x (1 + 2) x (i - kOffset) % 1000 added to the 1 each started at
+    const float want = inside ? 1.0f + 2.0f * kIters * 3.0f * static_cast<float>((i - kOffset) % 1000) : 1.0f;
+    ASSERT_EQ(got[i], want) << "element " << i;
+  }
+}
+
 TEST_P(VectorOpsTest, SourceFromAnotherBufferLikeADeltaArea) {
   auto client = make_client();
   constexpr std::size_t n = 3 * kUnit / 4;

@@ -18,14 +18,17 @@ SMB rows run over --transport (tcp: our own sockets transport, the default;
 ucx: UCX's TCP lane).
 
 With --per-host K (K > 1): K workers per worker host, each host with an
-smbd of its own on its loopback (127.0.0.1:7100) for its group: rows for
-the flat synchronous exchange and for the hybrid scheme's step (the
-group's average through that smbd, then the root's exchange) in sync and
-seasgd mode, against gloo and MPI over all the workers (item 2's group
-server; its own section of docs/benchmarks.md).
+smbd of its own on its loopback for its group: rows for the flat
+synchronous exchange and for the hybrid scheme's step (the group's average
+through that smbd, then the root's exchange) in sync and seasgd mode,
+against gloo and MPI over all the workers (item 2's group server; its own
+section of docs/benchmarks.md). The group's smbd serves --group-transport
+(default ucx: shared memory on the host, while the fabric stays on
+--transport); a second one on --transport gives the grouped synchronous
+row over the fabric's transport too, for comparison.
 
 Usage: tools/bench/testbed_exchange.py [--preset ci | --build DIR] [--servers 2 4] [--workers 4]
-           [--per-host 1] [--link 1gbit] [--floats 25000000] [--iters 3] [--transport tcp] [--write-docs]
+           [--per-host 1 [--group-transport ucx]] [--link 1gbit] [--floats 25000000] [--iters 3] [--transport tcp] [--write-docs]
 Needs root, iproute2 (the testbed) and Open MPI; gloo needs python3-torch.
 Results: build/PRESET/testbed-exchange/.
 """
@@ -41,7 +44,8 @@ from testbed_hosts import ROOT, TESTBED, host_command, proc_usage, replace_secti
 NAME = "smbtbx"
 BEGIN, END = "<!-- testbed-exchange:begin -->", "<!-- testbed-exchange:end -->"
 GROUPS_BEGIN, GROUPS_END = "<!-- testbed-exchange-groups:begin -->", "<!-- testbed-exchange-groups:end -->"
-GROUP_SERVER = "127.0.0.1:7100"  # on every worker host's own loopback: its group's smbd
+# On every worker host's own loopback: its group's smbd, one per transport.
+GROUP_SERVERS = {"ucx": "127.0.0.1:7100", "tcp": "127.0.0.1:7101"}
 AGENT = os.path.join(ROOT, "tools", "testbed", "mpi-agent.sh")
 GLOO = os.path.join(ROOT, "tools", "bench", "gloo_allreduce.py")
 
@@ -53,19 +57,23 @@ def last_json(text):
     raise RuntimeError(f"no result in: {text[-800:]}")
 
 
-def exchange(build, workers, servers, mode, floats, iters, log_dir, per_host=1, grouped=False):
+def exchange(build, workers, servers, mode, floats, iters, log_dir, per_host=1, group_transport=None):
+    """One smb-exchange-bench run; with `group_transport`, each host's
+    workers form a group averaging through the host's smbd on it."""
     hosts = ",".join(f"h{i}:{per_host}" for i in range(1, workers // per_host + 1))
-    group = ["--group-size", per_host, "--group-servers", GROUP_SERVER] if grouped else []
+    group = (["--group-size", per_host, "--group-servers", GROUP_SERVERS[group_transport],
+              "--group-transport", group_transport] if group_transport else [])
+    grouped = f"-g{group_transport}" if group_transport else ""
     cmd = host_command(NAME, "h1", "mpirun", "--allow-run-as-root", "--host", hosts, "-np", workers,
                        "--mca", "plm_rsh_agent", AGENT, "--mca", "routed", "direct",
                        "--mca", "oob_tcp_if_include", "eth0", "--mca", "btl_tcp_if_include", "eth0",
                        "--mca", "btl", "tcp,self", "-x", "SMB_TRANSPORT",
                        os.path.join(build, "tools", "smb-exchange-bench"), "--servers", ",".join(servers),
                        "--mode", mode, "--floats", floats, "--iters", iters,
-                       "--name", f"x-{mode}{'-g' if grouped else ''}", *group)
+                       "--name", f"x-{mode}{grouped}", *group)
     env = dict(os.environ, SMB_TESTBED_NAME=NAME)
     r = subprocess.run(cmd, text=True, capture_output=True, timeout=1800, env=env)
-    tag = f"{mode}{'-grouped' if grouped else ''}-{len(servers)}"
+    tag = f"{mode}{grouped}-{len(servers)}"
     with open(os.path.join(log_dir, f"exchange-{tag}.log"), "w") as f:
         f.write(r.stdout + r.stderr)
     if r.returncode != 0:
@@ -100,7 +108,7 @@ def busy_fraction(before, after):
     return (after[0] - before[0]) / max(1, after[1] - before[1])
 
 
-def measure(build, workers, n_servers, link, floats, iters, log_dir, per_host=1):
+def measure(build, workers, n_servers, link, floats, iters, log_dir, per_host=1, group_transport="ucx"):
     worker_hosts = workers // per_host
     tb(NAME, "up", "--hosts", str(worker_hosts + n_servers), "--link", link)
     procs = []
@@ -115,17 +123,22 @@ def measure(build, workers, n_servers, link, floats, iters, log_dir, per_host=1)
             procs.append(proc)
             servers.append(address)
         fabric_servers = list(procs)
-        runs = [("sync", "sync", False), ("seasgd", "seasgd", False)]
+        runs = [("sync", "sync", None), ("seasgd", "seasgd", None)]
         if per_host > 1:  # each host's group averages on its own smbd; the flat run for comparison
-            for i in range(1, worker_hosts + 1):
-                # two runs leave a group area each (2 sums and a slot of the floats)
-                procs.append(start_smbd(NAME, build, f"h{i}", log_dir, 6 * floats * 4 + (256 << 20),
-                                        listen=GROUP_SERVER)[0])
-            runs = [("sync", "sync", False), ("sync-grouped", "sync", True), ("seasgd-grouped", "seasgd", True)]
+            fabric_transport = os.environ["SMB_TRANSPORT"]
+            runs = [("sync", "sync", None), ("sync-grouped", "sync", group_transport),
+                    ("seasgd-grouped", "seasgd", group_transport)]
+            if group_transport != fabric_transport:
+                runs.insert(1, ("sync-grouped-fabric", "sync", fabric_transport))
+            for transport in {t for _, _, t in runs if t}:
+                for i in range(1, worker_hosts + 1):
+                    # the runs leave a group area each (2 sums and a slot of the floats)
+                    procs.append(start_smbd(NAME, build, f"h{i}", log_dir, 6 * floats * 4 + (256 << 20),
+                                            listen=GROUP_SERVERS[transport], data_transport=transport)[0])
         result = {}
-        for key, mode, grouped in runs:
+        for key, mode, group in runs:
             before, busy = [proc_usage(p.pid) for p in fabric_servers], cpu_busy()
-            result[key] = exchange(build, workers, servers, mode, floats, iters, log_dir, per_host, grouped)
+            result[key] = exchange(build, workers, servers, mode, floats, iters, log_dir, per_host, group)
             after = [proc_usage(p.pid) for p in fabric_servers]
             result[key]["machine_busy"] = busy_fraction(busy, cpu_busy())
             result[key]["server_cpu_s"] = sum(a[0] - b[0] for a, b in zip(after, before))
@@ -144,15 +157,16 @@ def measure(build, workers, n_servers, link, floats, iters, log_dir, per_host=1)
         subprocess.run([TESTBED, "--name", NAME, "down"], capture_output=True)
 
 
-def reference_rows(s, r, g, mpi, blanks):
-    """The gloo and MPI_Allreduce rows of a table: `blanks` empty columns
-    (the servers' figures) before the last one, how busy the box was."""
-    empty = "| " * blanks
+def reference_rows(s, r, g, mpi, blanks, before=0):
+    """The gloo and MPI_Allreduce rows of a table: `before` empty columns
+    after the time, `blanks` empty columns (the servers' figures) before the
+    last one, how busy the box was."""
+    empty, gap = "| " * blanks, "| " * before
     rows = []
     if g:
-        rows.append(f"| {s} | gloo allreduce (torch.distributed) | {g:.2f} | 1.00x | {mpi / g:.2f}x {empty}"
+        rows.append(f"| {s} | gloo allreduce (torch.distributed) | {g:.2f} {gap}| 1.00x | {mpi / g:.2f}x {empty}"
                     f"| {r['gloo']['machine_busy']:.0%} |")
-    rows.append(f"| {s} | MPI_Allreduce (Open MPI, TCP) | {mpi:.2f} | {f'{g / mpi:.2f}x' if g else 'n/a'} | "
+    rows.append(f"| {s} | MPI_Allreduce (Open MPI, TCP) | {mpi:.2f} {gap}| {f'{g / mpi:.2f}x' if g else 'n/a'} | "
                 f"1.00x {empty}| |")
     return rows
 
@@ -183,28 +197,34 @@ def markdown(results, workers, link, floats, iters, transport):
     return "\n".join(out)
 
 
-def groups_markdown(results, workers, per_host, link, floats, iters, transport):
+def groups_markdown(results, workers, per_host, link, floats, iters, transport, group_transport):
     mb = floats * 4 / 1e6
     out = [GROUPS_BEGIN, "",
            f"Measured by `tools/bench/testbed_exchange.py --per-host {per_host}`: {workers} workers on "
            f"{workers // per_host} worker hosts ({per_host} each) and S server hosts, every link {link}; SMB over "
            f"`{transport}`; {mb:.0f} MB of f32 per worker; the slowest rank's time per step's exchange, median of "
            f"{iters}. Grouped: each host's workers average a gradient through an smbd on the host's loopback "
-           f"({GROUP_SERVER}), then the host's root exchanges the weights with the global ones (the hybrid "
-           "scheme: one host's sum crosses its link); flat: every worker exchanges on its own. gloo and "
-           f"MPI_Allreduce reduce over all {workers} ranks.", "",
-           "| server hosts | exchange | s per step | vs gloo | vs MPI_Allreduce | fabric servers' CPU s | box busy |",
-           "|---|---|---|---|---|---|---|"]
-    labels = (("sync", "SMB synchronous, flat"), ("sync-grouped", "SMB synchronous, group servers"),
-              ("seasgd-grouped", "SMB SEASGD, group servers"))
+           f"over `{group_transport}` unless the row names another transport, then the host's root exchanges the "
+           "weights with the global ones (the hybrid scheme: one host's sum crosses its link); flat: every "
+           f"worker exchanges on its own. gloo and MPI_Allreduce reduce over all {workers} ranks.", "",
+           "The group average column is that phase alone (the step minus it is the hosts' exchange).", "",
+           "| server hosts | exchange | s per step | group average s | vs gloo | vs MPI_Allreduce | fabric servers' CPU s "
+           "| box busy |",
+           "|---|---|---|---|---|---|---|---|"]
+    labels = (("sync", "SMB synchronous, flat"),
+              ("sync-grouped-fabric", f"SMB synchronous, group servers over `{transport}`"),
+              ("sync-grouped", "SMB synchronous, group servers"), ("seasgd-grouped", "SMB SEASGD, group servers"))
     for s, r in results.items():
-        mpi = min(r[m]["mpi_median_s"] for m, _ in labels)
+        labels_run = [(key, label) for key, label in labels if key in r]
+        mpi = min(r[m]["mpi_median_s"] for m, _ in labels_run)
         g = r["gloo"]["gloo_median_s"] if "gloo" in r else None
-        for key, label in labels:
+        for key, label in labels_run:
             t = r[key]["smb_median_s"]
-            out.append(f"| {s} | {label} | {t:.2f} | {f'{g / t:.2f}x' if g else 'n/a'} | {mpi / t:.2f}x | "
+            group = r[key].get("group_median_s") or 0
+            out.append(f"| {s} | {label} | {t:.2f} | {f'{group:.2f}' if group else ''} | "
+                       f"{f'{g / t:.2f}x' if g else 'n/a'} | {mpi / t:.2f}x | "
                        f"{r[key]['server_cpu_s']:.1f} | {r[key]['machine_busy']:.0%} |")
-        out += reference_rows(s, r, g, mpi, blanks=1)
+        out += reference_rows(s, r, g, mpi, blanks=1, before=1)
     out += ["", GROUPS_END]
     return "\n".join(out)
 
@@ -217,6 +237,8 @@ def main():
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--per-host", type=int, default=1,
                    help="workers per worker host; above 1, the hybrid scheme with a group server on each host")
+    p.add_argument("--group-transport", default="ucx", choices=["tcp", "ucx"],
+                   help="with --per-host: the transport to each host's group smbd (ucx: shared memory)")
     p.add_argument("--link", default="1gbit")
     p.add_argument("--floats", type=int, default=25_000_000)
     p.add_argument("--iters", type=int, default=3)
@@ -238,13 +260,13 @@ def main():
     for s in args.servers:
         print(f"== {s} server host(s)", file=sys.stderr)
         results[str(s)] = measure(build, args.workers, s, args.link, args.floats, args.iters, log_dir,
-                                  args.per_host)
+                                  args.per_host, args.group_transport)
         print(json.dumps(results[str(s)]), file=sys.stderr)
     with open(os.path.join(log_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     if args.per_host > 1:
         text = groups_markdown(results, args.workers, args.per_host, args.link, args.floats, args.iters,
-                               args.transport)
+                               args.transport, args.group_transport)
         begin, end = GROUPS_BEGIN, GROUPS_END
     else:
         text = markdown(results, args.workers, args.link, args.floats, args.iters, args.transport)

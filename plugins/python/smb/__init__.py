@@ -340,16 +340,20 @@ class UpdateEngine:
     mode: "seasgd" (elastic averaging), "downpour" or "sync".
     group_servers: "host:port" servers for the group's own buffers and
     barriers, e.g. an smbd on the group's node (None: the client's).
+    group_transport: the transport to those servers, e.g. "ucx" for shared
+    memory on the node while the fabric runs on "tcp" (None:
+    $SMB_GROUP_TRANSPORT, else the client's default).
     resume_from: a checkpoint (save_checkpoint) to start the global weights,
     and so every worker, from instead of the first worker's parameters."""
 
     def __init__(self, client, name, parameters, mode="seasgd", groups=1, group=0, group_size=1, group_rank=0,
-                 alpha=0.2, tau=1, timeout=120.0, cuda_device=-1, group_servers=None, resume_from=None):
+                 alpha=0.2, tau=1, timeout=120.0, cuda_device=-1, group_servers=None, resume_from=None,
+                 group_transport=None):
         self._client = client
         self._e = _core.UpdateEngine(client._c, name, parameters, groups, group, group_size, group_rank, mode,
                                      float(alpha), tau, float(timeout), cuda_device,
                                      _servers(group_servers) if group_servers else [],
-                                     os.fspath(resume_from) if resume_from else "")
+                                     os.fspath(resume_from) if resume_from else "", group_transport or "")
 
     def initialize(self, params):
         """Collective: the first worker's params become everyone's."""

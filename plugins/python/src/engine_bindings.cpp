@@ -60,7 +60,8 @@ void bind_engine(py::module_& m) {
       .def(py::init([](py::object client, std::string name, std::uint64_t parameters, std::uint32_t groups,
                        std::uint32_t group, std::uint32_t group_size, std::uint32_t group_rank, std::string mode,
                        double alpha, std::uint32_t tau, double timeout, int cuda_device,
-                       std::vector<std::string> group_servers, std::string resume_from) {
+                       std::vector<std::string> group_servers, std::string resume_from,
+                       std::string group_transport) {
              EngineConfig config;
              config.name = std::move(name);
              config.parameters = parameters;
@@ -74,6 +75,7 @@ void bind_engine(py::module_& m) {
              config.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000.0));
              config.cuda_device = cuda_device;
              config.group_servers = std::move(group_servers);
+             config.group_transport = std::move(group_transport);
              config.resume_from = std::move(resume_from);
              auto e = std::make_unique<PyEngine>();
              e->client = client;
@@ -87,7 +89,7 @@ void bind_engine(py::module_& m) {
            py::arg("client"), py::arg("name"), py::arg("parameters"), py::arg("groups"), py::arg("group"),
            py::arg("group_size"), py::arg("group_rank"), py::arg("mode"), py::arg("alpha"), py::arg("tau"),
            py::arg("timeout"), py::arg("cuda_device"), py::arg("group_servers") = std::vector<std::string>{},
-           py::arg("resume_from") = std::string())
+           py::arg("resume_from") = std::string(), py::arg("group_transport") = std::string())
       .def("initialize", [](PyEngine& e, py::handle params) {
         call(e, params, true, "initialize", [](UpdateEngine& u, std::span<float> s) { u.initialize(s); });
       })

@@ -22,13 +22,19 @@ enum AmId : unsigned {
 };
 
 // Every active message names its protocol (UCP_AM_SEND_FLAG_EAGER or _RNDV),
-// whatever UCX_RNDV_THRESH says. Eager: headers, calls, atomics, small data
-// (the receiver gets it in UCX's buffer and copies it once). Rendezvous:
-// bulk data over TCP from kBulkFrom bytes on, a write's payload or a
-// kAmReadBulk reply: the receiver has UCX move it straight into the
+// whatever UCX_RNDV_THRESH says. Eager: headers, atomics, small calls and
+// data (the receiver gets it in UCX's buffer and copies it once).
+// Rendezvous, from kBulkFrom bytes on: bulk data over TCP, a write's payload
+// or a kAmReadBulk reply, which the receiver has UCX move straight into the
 // segment, or into the reader's memory, without a copy through a bounce
-// buffer on either side (reads over TCP 0.6 -> 1.0 of ucp_am_bw).
+// buffer on either side (reads over TCP 0.6 -> 1.0 of ucp_am_bw); and a
+// call's payload on any lane (a vector op's x). A rendezvous call carries
+// CallHeader and its frame (up to kLongHeaderFrame bytes) as the message's
+// header and the payload alone as its data, which smbd receives straight
+// into the call's payload: over shared memory one kernel copy (CMA), where
+// eager fragments cost three and a scattered receive UCX's fragments.
 inline constexpr std::size_t kBulkFrom = 256 * 1024;
+inline constexpr std::size_t kLongHeaderFrame = 1024;
 
 struct AmPingHeader {
   std::uint64_t token;

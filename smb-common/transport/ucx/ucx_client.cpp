@@ -577,11 +577,24 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
   auto owned = std::make_unique<UcxClientTransport::SendContext>();
   auto* ctx = owned.get();
   std::memcpy(ctx->header.data(), header, header_length);
+  const void* am_header = ctx->header.data();
   ctx->token = token;
   ctx->transport = &transport_;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  if (!second.empty()) {  // two pieces, sent as one message without copying them together
+  if (protocol == UCP_AM_SEND_FLAG_RNDV && id == kAmCall) {
+    // The frame rides in the header and the payload alone is the data, so
+    // that the server receives it contiguous: UCX 1.13 moves that by a
+    // zero-copy get (CMA over shared memory), a scattered one by fragments.
+    const auto* first = static_cast<const std::byte*>(header);
+    ctx->long_header.assign(first, first + header_length);
+    const auto* frame = static_cast<const std::byte*>(payload);
+    ctx->long_header.insert(ctx->long_header.end(), frame, frame + payload_length);
+    am_header = ctx->long_header.data();
+    header_length = ctx->long_header.size();
+    payload = second.data();
+    payload_length = second.size();
+  } else if (!second.empty()) {  // two pieces, sent as one message without copying them together
     ctx->iov[0] = {const_cast<void*>(payload), payload_length};
     ctx->iov[1] = {const_cast<std::byte*>(second.data()), second.size()};
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
@@ -606,7 +619,7 @@ void UcxChannel::send_request(unsigned id, const void* header, std::size_t heade
     transport.pending_.fail(sent, Errc::transport, std::string("sending request: UCX error: ") + ucs_status_string(status));
   };
   ucs_status_ptr_t request =
-      ucp_am_send_nbx(ep_, id, ctx->header.data(), header_length, payload, payload_length, &p);
+      ucp_am_send_nbx(ep_, id, am_header, header_length, payload, payload_length, &p);
   if (request == nullptr) return;  // sent at once; `owned` frees the context, the reply completes the op
   if (UCS_PTR_IS_ERR(request)) {
     (void)transport_.pending_.take(token);
@@ -624,7 +637,12 @@ void UcxChannel::call(std::span<const std::uint8_t> frame, std::span<const std::
   const std::uint64_t token =
       transport_.pending_.add(UcxClientTransport::PendingAm{completion, this, nullptr, 0, "call", reply});
   const CallHeader header{token, static_cast<std::uint32_t>(frame.size()), 0};
-  QueuedRequest request{kAmCall, {}, sizeof header, frame.data(), frame.size(), payload, token, completion, "call"};
+  // A large payload (a vector op's x) by rendezvous, its frame in the
+  // header: the server receives it straight into place, over shared memory
+  // by one kernel copy (am_wire.hpp).
+  const bool bulk = payload.size() >= kBulkFrom && frame.size() <= kLongHeaderFrame;
+  QueuedRequest request{kAmCall, {},     sizeof header, frame.data(), frame.size(), payload, token,
+                        completion, "call", bulk ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER};
   std::memcpy(request.header.data(), &header, sizeof header);
   send_credited(std::move(request));
 }

@@ -83,6 +83,7 @@ class UcxClientTransport final : public ClientTransport {
                                     sizeof(AmPingHeader)})>
         header{};
     std::array<ucp_dt_iov_t, 2> iov{};  // calls: frame and payload, read until the send completes
+    std::vector<std::byte> long_header;  // rendezvous calls: CallHeader and the frame (am_wire.hpp)
     std::uint64_t token = 0;
     UcxClientTransport* transport = nullptr;
   };

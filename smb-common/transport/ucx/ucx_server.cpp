@@ -5,6 +5,7 @@
 #include "transport/ucx/am_checks.hpp"
 #include "transport/ucx/am_wire.hpp"
 
+#include <array>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 
@@ -31,6 +32,15 @@ struct WriteContext {
   SegmentAccess access;
 };
 
+// A call whose bytes come by rendezvous: UCX moves them straight into the
+// frame and payload (no bounce buffer, no split copy).
+struct CallContext {
+  UcxServerTransport* transport;
+  ucp_ep_h reply_ep;
+  std::uint64_t token;
+  CallParts parts;
+};
+
 }  // namespace
 
 // Callbacks free their request: ucp_request_free() on a request still in
@@ -41,6 +51,19 @@ void UcxServerTransport::write_received(void* request, ucs_status_t status, std:
   ucp_request_free(request);
   ctx->transport->send_reply(ctx->reply_ep, ctx->token, status == UCS_OK ? Errc::ok : Errc::transport, nullptr, 0,
                              {});
+}
+
+void UcxServerTransport::call_received(void* request, ucs_status_t status, std::size_t /*length*/,
+                                       void* user_data) {
+  std::unique_ptr<CallContext> ctx(static_cast<CallContext*>(user_data));
+  ucp_request_free(request);
+  ctx->transport->dispatch_call(ctx->reply_ep, ctx->token, status, std::move(ctx->parts));
+}
+
+void UcxServerTransport::dispatch_call(ucp_ep_h ep, std::uint64_t token, ucs_status_t status, CallParts parts) {
+  if (status != UCS_OK) return send_reply(ep, token, Errc::transport, nullptr, 0, {});
+  calls_(std::move(parts.frame), std::move(parts.payload),
+         [this, ep, token](Bytes reply) { replies_.push(ep, token, std::move(reply)); });
 }
 
 void UcxServerTransport::reply_sent(void* request, ucs_status_t status, void* user_data) {
@@ -195,33 +218,49 @@ bool UcxServerTransport::send_queued_replies() {
   return !replies.empty();
 }
 
-// A call: the frame and payload are copied out (the handler may finish on
-// another thread), and the reply is queued for this thread to send.
+// A call: the frame and payload are copied out of an eager message (the
+// handler may finish on another thread), or received straight into them from
+// a rendezvous one (a large payload, am_wire.hpp); the reply is queued for
+// this thread to send.
 ucs_status_t UcxServerTransport::on_call(void* arg, const void* header, std::size_t header_length, void* data,
                                          std::size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxServerTransport*>(arg);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  if (rndv) ucp_am_data_release(self->worker_.get(), data);  // calls are sent eager (am_wire.hpp)
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
-  const auto h = read_header<CallHeader>(header, header_length);
-  if (!h) {
-    self->send_reply(param->reply_ep, 0, Errc::protocol, nullptr, 0, {});
+  // Rendezvous: the frame follows CallHeader in the header (am_wire.hpp).
+  const auto h = read_header<CallHeader>(header, rndv ? std::min(header_length, sizeof(CallHeader)) : header_length);
+  const bool can_reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0;
+  const bool frame_fits = h && (rndv ? h->frame_length == header_length - sizeof(CallHeader)
+                                     : h->frame_length <= length);
+  const Errc check = !h                       ? Errc::protocol
+                     : !self->admitted(param) ? Errc::permission_denied
+                     : !frame_fits            ? Errc::protocol
+                                              : Errc::ok;
+  if (check != Errc::ok || !can_reply) {
+    if (rndv) ucp_am_data_release(self->worker_.get(), data);
+    if (can_reply) self->send_reply(param->reply_ep, h ? h->token : 0, check, nullptr, 0, {});
     return UCS_OK;
   }
-  if (!self->admitted(param)) {
-    self->send_reply(param->reply_ep, h->token, Errc::permission_denied, nullptr, 0, {});
+  if (!rndv) {
+    auto parts = split_call({static_cast<const std::uint8_t*>(data), length}, h->frame_length);
+    self->dispatch_call(param->reply_ep, h->token, UCS_OK, std::move(*parts));  // the length was checked above
     return UCS_OK;
   }
-  auto parts = rndv ? std::nullopt
-                    : split_call({static_cast<const std::uint8_t*>(data), length}, h->frame_length);
-  if (!parts) {
-    self->send_reply(param->reply_ep, h->token, Errc::protocol, nullptr, 0, {});
-    return UCS_OK;
-  }
-  self->calls_(std::move(parts->frame), std::move(parts->payload),
-               [self, ep = param->reply_ep, token = h->token](Bytes reply) {
-                 self->replies_.push(ep, token, std::move(reply));
-               });
+  const auto* frame = static_cast<const std::uint8_t*>(header) + sizeof(CallHeader);
+  auto ctx = std::make_unique<CallContext>(CallContext{
+      self, param->reply_ep, h->token,
+      CallParts{std::vector<std::uint8_t>(frame, frame + h->frame_length), std::vector<std::uint8_t>(length)}});
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.recv_am = &UcxServerTransport::call_received;
+  rp.user_data = ctx.get();
+  ucs_status_ptr_t request =
+      ucp_am_recv_data_nbx(self->worker_.get(), data, ctx->parts.payload.data(), ctx->parts.payload.size(), &rp);
+  if (request == nullptr)
+    self->dispatch_call(ctx->reply_ep, ctx->token, UCS_OK, std::move(ctx->parts));
+  else if (UCS_PTR_IS_ERR(request))
+    self->dispatch_call(ctx->reply_ep, ctx->token, UCS_PTR_STATUS(request), {});
+  else
+    (void)ctx.release();  // call_received owns it now, and frees the request
   return UCS_OK;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The daemon's side of the UCX transport: registrations, the progress loop,
 // the server-assisted "am" data protocol and calls (see am_wire.hpp).
+#include "transport/call_wire.hpp"
 #include "transport/reply_queue.hpp"
 #include "transport/transport.hpp"
 #include "transport/ucx/ucx_handles.hpp"
@@ -81,6 +82,10 @@ class UcxServerTransport final : public ServerTransport {
   void delivered(ucp_ep_h ep);
   static void reply_sent(void* request, ucs_status_t status, void* user_data);
   static void write_received(void* request, ucs_status_t status, std::size_t length, void* user_data);
+  static void call_received(void* request, ucs_status_t status, std::size_t length, void* user_data);
+  // Hands a call to calls_, whose reply is queued for this thread; a failed
+  // receive (status) answers "transport" instead.
+  void dispatch_call(ucp_ep_h ep, std::uint64_t token, ucs_status_t status, CallParts parts);
   void set_handler(unsigned id, ucp_am_recv_callback_t callback);
   // Whether the sender's channel presented a ticket admitted now (its ping,
   // channel_admission.hpp); the progress thread's.
