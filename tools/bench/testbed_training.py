@@ -80,8 +80,8 @@ def train(config, args, layout, fabric, run, log_dir):
                 *argv, "--baseline", "ddp-gloo"]
     else:
         env.update(SMB_SERVERS=",".join(fabric), SMB_JOB_ID=f"{NAME}-{label.replace(' ', '-')}-{run}")
-        if layout["group_servers"] == [GROUP_SERVER]:
-            env.update(SMB_GROUP_SERVERS=GROUP_SERVER)
+        if layout["group_servers"] == [GROUP_SERVER]:  # over shared memory, whatever the fabric's transport
+            env.update(SMB_GROUP_SERVERS=GROUP_SERVER, SMB_GROUP_TRANSPORT="ucx")
         else:
             env.update(SMB_TORCH_GROUP_SIZE=str(layout["ranks_per_site"]))
             argv = site_env(layout, argv)
@@ -134,7 +134,7 @@ def measure(args, build, log_dir):
             fabric.append(address)
         if args.sites == 1:
             for h in layout["workers"]:  # each worker host's group server, on its loopback
-                proc, _ = start_smbd(NAME, build, h, log_dir, 64 << 20, listen=GROUP_SERVER)
+                proc, _ = start_smbd(NAME, build, h, log_dir, 64 << 20, listen=GROUP_SERVER, data_transport="ucx")
                 procs.append(proc)
         else:
             layout["group_servers"] = fabric

@@ -62,16 +62,35 @@ _JOINED_ZERO = {"min": lambda t: torch.minimum(t, torch.zeros_like(t)),
                 "max": lambda t: torch.maximum(t, torch.zeros_like(t)), "product": torch.zeros_like}
 
 
-def allreduce(group, name, tensor, red, prescale, postscale):
-    """Sum (or average, min, max, product) over the set; a new CPU tensor."""
+def _scale_(t, factor):
+    """_scaled(t, factor) into t itself: in place for float32 and float64
+    (the same bits: one multiply in the tensor's own type)."""
+    if factor == 1.0:
+        return t
+    if t.dtype in (torch.float32, torch.float64):
+        return t.mul_(factor)
+    return t.copy_(_scaled(t, factor))
+
+
+def allreduce(group, name, tensor, red, prescale, postscale, out=None):
+    """Sum (or average, min, max, product) over the set: a new CPU tensor,
+    or `out` where given (a contiguous CPU tensor of the same dtype and
+    shape, which may be `tensor` itself: an in-place allreduce then copies
+    nothing and allocates nothing)."""
     host = _scaled(to_host(tensor), prescale)
-    raw, joined = data.allreduce(group, name, _view(host, tensor.device), red, prescale, postscale)
+    into = as_bytes(out).numpy() if out is not None and host.numel() else None
+    raw, joined = data.allreduce(group, name, _view(host, tensor.device), red, prescale, postscale, into)
     if host.numel() == 0:
-        return host.clone()
-    out = _tensor(raw, host.dtype, host.shape)
+        return host.clone() if out is None else out
+    factor = postscale / group.size if red == "average" else postscale
+    if out is not None:
+        if joined and red in _JOINED_ZERO:
+            out.copy_(_JOINED_ZERO[red](out))
+        return _scale_(out, factor)
+    result = _tensor(raw, host.dtype, host.shape)
     if joined and red in _JOINED_ZERO:
-        out = _JOINED_ZERO[red](out)
-    return _scaled(out, postscale / group.size if red == "average" else postscale)
+        result = _JOINED_ZERO[red](result)
+    return _scaled(result, factor)
 
 
 def reducescatter(group, name, tensor, red, prescale, postscale):

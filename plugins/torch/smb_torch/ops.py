@@ -52,12 +52,37 @@ def _back_to(tensor, out):
 # ------------------------------------------------------------------ allreduce
 
 
+def _readable_into(tensor):
+    """Whether an in-place result can be read straight into the tensor's
+    own memory (a contiguous CPU tensor), with no result tensor and no copy."""
+    return tensor.device.type == "cpu" and tensor.is_contiguous()
+
+
+def _flat_span(tensors):
+    """One flat view over tensors that lie one after another in one storage
+    (as a fused bucket's gradients do: DistributedOptimizer keeps them so),
+    else None."""
+    first = tensors[0]
+    if not all(_readable_into(t) and t.dtype == first.dtype for t in tensors):
+        return None
+    at, storage = first.data_ptr(), first.storage().data_ptr()
+    for t in tensors:
+        if t.data_ptr() != at or t.storage().data_ptr() != storage:
+            return None
+        at += t.numel() * t.element_size()
+    return first.detach().as_strided((sum(t.numel() for t in tensors),), (1,), first.storage_offset())
+
+
 def _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_factor, process_set, in_place):
     handle = next_handle()
     op = _reduce_op(op, average)
     _check_reducible(tensor, op, process_set)
 
     def work(group, full):
+        if in_place and _readable_into(tensor):
+            collectives.allreduce(group, full, tensor, _RED[op], float(prescale_factor), float(postscale_factor),
+                                  out=tensor.data)
+            return tensor
         out = collectives.allreduce(group, full, tensor, _RED[op], float(prescale_factor), float(postscale_factor))
         if not in_place:
             return _back_to(tensor, out)
@@ -119,6 +144,13 @@ def _grouped_work(tensors, op, pre, post, in_place):
             by_dtype.setdefault(t.dtype, []).append(i)
         results = [None] * len(tensors)
         for dtype, positions in sorted(by_dtype.items(), key=lambda kv: str(kv[0])):
+            span = _flat_span([tensors[i] for i in positions]) if in_place else None
+            if span is not None:  # the bucket in place: nothing to gather or scatter back
+                collectives.allreduce(group, f"{full}.{collectives.dtype_name(dtype)}", span, _RED[op], float(pre),
+                                      float(post), out=span)
+                for i in positions:
+                    results[i] = tensors[i]
+                continue
             flat = torch.cat([collectives.to_host(tensors[i]).reshape(-1) for i in positions])
             reduced = collectives.allreduce(group, f"{full}.{collectives.dtype_name(dtype)}", flat, _RED[op],
                                             float(pre), float(post))

@@ -31,7 +31,7 @@ from smb.collective import basics
 from smb.collective.process_sets import global_process_set
 
 from .compression import Compression, from_name
-from .ops import Adasum, Average, allreduce_async_, grouped_allreduce_async_, synchronize
+from .ops import Adasum, Average, _flat_span, allreduce_async_, grouped_allreduce_async_, synchronize
 
 _MODES = ("seasgd", "downpour", "sync")
 _engines = itertools.count()
@@ -243,6 +243,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._step_started = None
         if self._rebuild:  # every rank at its first synchronize(), hooks fired or not
             self._rebuild_buckets()
+        self._keep_buckets_flat()
+
+    def _keep_buckets_flat(self):
+        """Each fused bucket's gradients as consecutive views of one flat
+        tensor, in the bucket's order (DDP's gradient_as_bucket_view), so
+        that the next step reduces the bucket in place (ops._flat_span): no
+        gather into a fused tensor, no result tensor, no copy back. Autograd
+        adds into these views while gradients are zeroed in place
+        (zero_grad() without set_to_none); gradients it replaces are laid
+        out again here."""
+        if self._compression is not Compression.none:
+            return
+        for group in {id(g): g for g in self._group_of.values()}.values():
+            grads = [p.grad for p in group]
+            if any(g is None or g.is_sparse or g.device.type != "cpu" or g.dtype != grads[0].dtype for g in grads):
+                continue
+            if len(group) < 2 or _flat_span(grads) is not None:
+                continue
+            flat = torch.empty(sum(g.numel() for g in grads), dtype=grads[0].dtype)
+            at = 0
+            for p, g in zip(group, grads):
+                view = flat[at:at + g.numel()].view(g.shape)
+                view.copy_(g)
+                p.grad = view
+                at += g.numel()
 
     def _start_group_forced(self, p):
         group = self._group_of[p]
@@ -272,12 +297,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
-    def zero_grad(self):
+    def zero_grad(self, *args, **kwargs):
+        """The optimizer's own (set_to_none included), refused while
+        gradients are being reduced."""
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
                                  "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause a "
                                  "race condition.")
-        return super(self.__class__, self).zero_grad()
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes

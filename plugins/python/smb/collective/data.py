@@ -107,10 +107,10 @@ def _reduction(c, t):
     return dt, c.reduction_buffer(dt, max(1, t.numel * t.itemsize))
 
 
-def _reduce_into(c, dt, entry, t, red, first=0, rows=None):
+def _reduce_into(c, dt, entry, t, red, first=0, rows=None, out=None):
     """After arriving: the server-side reduction of `t` over the set's live
     ranks; returns the bytes of rows [first, first + rows) of the result
-    (all of it by default)."""
+    (all of it by default), read into `out` where given (uint8, that size)."""
     group = c.group
     entry.begin([i for i in range(group.size) if i not in c.joined])
     buf, striping = entry.buffer, entry.striping
@@ -129,7 +129,8 @@ def _reduce_into(c, dt, entry, t, red, first=0, rows=None):
         c.wait_data(buf, entry.expected + len(entry.participants), entry.participants)
     entry.finish()
     nbytes = t.data.nbytes if rows is None else rows * t.row_bytes
-    out = np.empty(nbytes, dtype=np.uint8)
+    if out is None:
+        out = np.empty(nbytes, dtype=np.uint8)
     with phase("READ"):
         if nbytes:
             buf.read(result + first * t.row_bytes, out)
@@ -182,11 +183,11 @@ def _by_ranks(t):
     return _REDUCTION == "ranks" and t.dtype in _NUMPY_TYPES and t.data.nbytes >= _BY_RANKS_FROM
 
 
-def _reduce_by_ranks(c, entry, t, red):
+def _reduce_by_ranks(c, entry, t, red, out=None):
     """After arriving (every rank's input already in its region): rank k of
     the W reduces shard k of every input in set order and writes it into
     the result region, counts itself done on the ctl (one op), waits for
-    all W and reads the whole result."""
+    all W and reads the whole result (into `out` where given)."""
     group = c.group
     buf, striping = entry.buffer, entry.striping
     result = striping.offset(c.generation % 2)
@@ -206,23 +207,34 @@ def _reduce_by_ranks(c, entry, t, red):
     with phase("WAIT"):
         c.wait_data(c.ctl, c.expected_version + w, list(range(w)))
     c.expected_version += w
-    out = np.empty(nbytes, dtype=np.uint8)
+    if out is None:
+        out = np.empty(nbytes, dtype=np.uint8)
     with phase("READ"):
         buf.read(result, out)
     return out
 
 
-def allreduce(group, name, t, red, prescale, postscale):
+def _into(out, result):
+    """`result` (uint8) in `out` where given, else itself."""
+    if out is None:
+        return result
+    out[:] = result
+    return out
+
+
+def allreduce(group, name, t, red, prescale, postscale, out=None):
     """The reduction over the set (scaled by the caller). Returns the result's
-    bytes and whether ranks had joined (they count as zeros, Horovod's rule:
-    the caller applies that for min, max and product)."""
+    bytes, in `out` where given (a uint8 array of t's size, which may be
+    t.data itself: it is read only after t's bytes have left), and whether
+    ranks had joined (they count as zeros, Horovod's rule: the caller
+    applies that for min, max and product)."""
     c = group.collective(name)
     if _inline(group, t):
         slots = c.arrive(meta("allreduce", t, red=red, pre=prescale, post=postscale), payload=t.data)
         check("allreduce", slots, c.joined)
         if t.numel == 0:
             return np.empty(0, dtype=np.uint8), bool(c.joined)
-        return _reduce_inline(c, t, red), bool(c.joined)
+        return _into(out, _reduce_inline(c, t, red)), bool(c.joined)
     dt, entry = _reduction(c, t)
     by_ranks = _by_ranks(t)
     if by_ranks:  # others read it as soon as they see this rank arrive
@@ -234,8 +246,8 @@ def allreduce(group, name, t, red, prescale, postscale):
         return np.empty(0, dtype=np.uint8), bool(c.joined)
     # Only where every rank chose it (the environment could differ) and none joined.
     if not c.joined and all(s.get("ranks") for s in slots):
-        return _reduce_by_ranks(c, entry, t, red), False
-    return _reduce_into(c, dt, entry, t, red), bool(c.joined)
+        return _reduce_by_ranks(c, entry, t, red, out), False
+    return _reduce_into(c, dt, entry, t, red, out=out), bool(c.joined)
 
 
 def scatter_rows(rows, size, index):

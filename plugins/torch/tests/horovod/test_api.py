@@ -1169,12 +1169,12 @@ def sgd_momentum(params):
 
 
 class T11DistributedOptimizer(Case):
-    def train(self, steps=2, passes=1, make_opt=sgd_momentum, **kwargs):
+    def train(self, steps=2, passes=1, make_opt=sgd_momentum, set_to_none=False, **kwargs):
         model = make_model("opt")
         opt = hvd.DistributedOptimizer(make_opt(model.parameters()), named_parameters=model.named_parameters(),
                                        **kwargs)
         for step in range(steps):
-            opt.zero_grad()
+            opt.zero_grad(set_to_none=set_to_none)
             for k in range(passes):
                 loss_of(model, *batch(self.rank, step, k)).backward()
             opt.step()
@@ -1220,12 +1220,33 @@ class T11DistributedOptimizer(Case):
             self.assertTrue(0.0 <= stats["hidden_fraction"] <= 1.0, stats)
             buckets = self.assertEverywhere(sorted(len(g) for g in {id(g): g for g in opt._group_of.values()}.values()),
                                             f"opt.buckets.layout.{name}")[0]
+            # A fused bucket's gradients stay views of one flat tensor, so the
+            # steps after the first reduce it in place (ops._flat_span).
+            from smb.torch.ops import _flat_span
+            for group in {id(g): g for g in opt._group_of.values()}.values():
+                self.assertIsNotNone(_flat_span([p.grad for p in group]), f"{name}: a bucket's gradients are apart")
             if name == "size":  # 150 bytes: the last layer's (16 + 96 B) together, the first's (48, 192 B) alone
                 self.assertEqual(buckets, [1, 1, 2], name)  # the others go alone
             elif name == "cycle":  # 100 s: all 4 (352 bytes) in the 1 MiB first bucket
                 self.assertEqual(buckets, [4], name)
             else:  # no fusion: every gradient alone
                 self.assertEqual(buckets, [], name)
+
+    def test_buckets_in_place_survive_new_gradient_tensors(self):
+        """zero_grad(set_to_none=True) makes autograd hand over new gradient
+        tensors every step: the bucket is gathered as before and laid out
+        flat again, and the training is the same."""
+        reference = reference_training(make_model("opt"), sgd_momentum, 3)
+        saved = os.environ.get("HOROVOD_CYCLE_TIME")
+        os.environ["HOROVOD_CYCLE_TIME"] = "100000"  # one bucket of all 4
+        try:
+            model, opt = self.train(steps=3, set_to_none=True)
+        finally:
+            if saved is None:
+                os.environ.pop("HOROVOD_CYCLE_TIME", None)
+            else:
+                os.environ["HOROVOD_CYCLE_TIME"] = saved
+        self.assertTrainedLike(model, reference, "opt.buckets.set_to_none")
 
     def test_fusion_cuts_by_size_first_bucket_and_cycle(self):
         from smb.torch.optimizer import _fusion_buckets
