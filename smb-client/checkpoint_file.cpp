@@ -18,7 +18,6 @@ namespace {
 
 constexpr std::array<char, 8> kMagic = {'S', 'M', 'B', 'C', 'K', 'P', 'T', '1'};
 constexpr std::array<char, 8> kEndMagic = {'S', 'M', 'B', 'C', 'K', 'E', 'N', 'D'};
-constexpr std::uint32_t kFormat = 1;
 constexpr std::size_t kFixedHeader = 8 + 4 + 4 + 8 + 8 + 8;
 constexpr std::size_t kTrailer = 8 + 8;
 

@@ -21,6 +21,12 @@ namespace smb::checkpoint {
 
 // The XXH64 seed of the trailer's checksum.
 inline constexpr std::uint64_t kChecksumSeed = 0x534d42;
+// The file's format: a reader of another one says both and refuses the
+// file before using a byte. Bump it with any change to the layout above:
+// tests/unit/wire_version_test.cpp keeps the format's fingerprint beside it
+// and fails until both are updated.
+inline constexpr std::uint32_t kFormat = 1;
+inline constexpr std::uint64_t kFormatFingerprint = 0x225747283f253fee;  // tests/unit/wire_version_test.cpp
 
 // Writes one checkpoint file; finish() makes it appear whole, or the
 // destructor removes what was written.

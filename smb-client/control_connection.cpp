@@ -80,13 +80,25 @@ protocol::Body ControlConnection::call(protocol::MessageType type, const protoco
   run_bounded(what, timeout_ + wait, [&](auto handler) { asio::async_read(socket_, asio::buffer(head), handler); });
   protocol::Header header;
   try {
-    header = protocol::decode_header(head);
+    header = protocol::decode_frame_header(head);
   } catch (const Error& e) {
     broken_ = true;
     throw Error(Errc::protocol, "server " + peer_ + ": " + what + ": " + e.what());
   }
   std::vector<std::uint8_t> body(header.body_length);
   run_bounded(what, timeout_, [&](auto handler) { asio::async_read(socket_, asio::buffer(body), handler); });
+  if (header.version != protocol::kVersion) {
+    // A server of another release: its reply (an error naming both
+    // versions, protocol/messages.hpp) ends the connection.
+    broken_ = true;
+    std::string why = protocol::version_mismatch(protocol::kVersion, header.version);
+    try {
+      const auto reply = protocol::decode_body(body);
+      if (reply.contains("error") && reply["error"].is_string()) why = reply["error"].get<std::string>();
+    } catch (const Error&) {
+    }
+    throw Error(Errc::protocol, "server " + peer_ + ": " + what + ": " + why);
+  }
   if (header.type != (raw_type | protocol::kReplyBit) || header.request_id != id) {
     broken_ = true;
     throw Error(Errc::protocol, "server " + peer_ + ": " + what + ": reply does not match the request");

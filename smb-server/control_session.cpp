@@ -73,16 +73,22 @@ void ControlSession::read_header() {
         if (self->header_have_ < self->header_.size()) return self->read_header();
         self->header_have_ = 0;
         try {
-          self->request_ = protocol::decode_header(self->header_);
+          self->request_ = protocol::decode_frame_header(self->header_);
         } catch (const Error& e) {
           return self->end(e.what());  // not our protocol: drop the connection
         }
+        // Another wire version: a first frame is read whole and answered
+        // (frame_complete) with the mismatch, in this server's version; a
+        // later one cannot happen from a client that said hello.
+        if (self->request_.version != protocol::kVersion && self->greeted_)
+          return self->end("a frame in wire version " + std::to_string(self->request_.version) + " after hello");
         const bool challenged = !self->challenge_.empty();
-        if (challenged && self->request_.type != kAuth)
+        const bool foreign = self->request_.version != protocol::kVersion;  // answered whatever its type
+        if (challenged && !foreign && self->request_.type != kAuth)
           return self->send_and_close(protocol::error_reply(
               Errc::permission_denied, std::string(protocol::message_name(self->request_.type)) +
                                            " before auth: this server wants the shared secret first"));
-        if (!self->greeted_ && !challenged && self->request_.type != kHello)
+        if (!self->greeted_ && !challenged && !foreign && self->request_.type != kHello)
           return self->send_and_close(protocol::error_reply(
               Errc::protocol, std::string(protocol::message_name(self->request_.type)) +
                                   " before hello: a client must say hello first"));
@@ -112,6 +118,9 @@ void ControlSession::read_body() {
 
 void ControlSession::frame_complete() {
   if (greeted_) disarm();
+  if (request_.version != protocol::kVersion)
+    return send_and_close(protocol::error_reply(Errc::protocol,
+                                                protocol::version_mismatch(request_.version, protocol::kVersion)));
   if (!greeted_ && request_.type == kHello && !server_.limits().auth_secret.empty()) return challenge();
   if (!challenge_.empty()) return check_proof();  // read_header let nothing but auth through
   if (!greeted_ && request_.type == kHello) return greet(body_);

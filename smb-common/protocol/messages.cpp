@@ -64,7 +64,24 @@ std::array<std::uint8_t, kHeaderSize> encode_header(const Header& h) {
   return out;
 }
 
+std::string version_mismatch(std::uint16_t client_version, std::uint16_t server_version) {
+  const bool client_older = client_version < server_version;
+  return "the client (libsmb) speaks wire version " + std::to_string(client_version) + " and smbd version " +
+         std::to_string(server_version) + ": upgrade " +
+         (client_older ? "the client to the server's release" : "smbd to the client's release") +
+         " (both sides of a fabric must come from one release)";
+}
+
 Header decode_header(std::span<const std::uint8_t, kHeaderSize> bytes) {
+  Header h = decode_frame_header(bytes);
+  if (h.version != kVersion)
+    throw Error(Errc::protocol, "control protocol version " + std::to_string(h.version) +
+                                    " is not supported (this build speaks version " +
+                                    std::to_string(kVersion) + ")");
+  return h;
+}
+
+Header decode_frame_header(std::span<const std::uint8_t, kHeaderSize> bytes) {
   if (get_le(bytes.data(), 4) != kMagic)
     throw Error(Errc::protocol, "bad frame magic: the peer does not speak the SMB control protocol");
   Header h;
@@ -72,10 +89,6 @@ Header decode_header(std::span<const std::uint8_t, kHeaderSize> bytes) {
   h.type = static_cast<std::uint16_t>(get_le(bytes.data() + 6, 2));
   h.request_id = static_cast<std::uint32_t>(get_le(bytes.data() + 8, 4));
   h.body_length = static_cast<std::uint32_t>(get_le(bytes.data() + 12, 4));
-  if (h.version != kVersion)
-    throw Error(Errc::protocol, "control protocol version " + std::to_string(h.version) +
-                                    " is not supported (this build speaks version " +
-                                    std::to_string(kVersion) + ")");
   if (h.body_length > kMaxBodySize)
     throw Error(Errc::protocol, "frame body of " + std::to_string(h.body_length) +
                                     " bytes exceeds the limit of " + std::to_string(kMaxBodySize));

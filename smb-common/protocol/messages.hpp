@@ -24,7 +24,16 @@ using Body = nlohmann::json;
 using Bytes = std::vector<std::uint8_t>;
 
 inline constexpr std::uint32_t kMagic = 0x31424d53;  // "SMB1"
-inline constexpr std::uint16_t kVersion = 1;
+// The wire version: every frame's header carries its sender's. A hello in
+// another version gets one error reply in the server's (the header and the
+// error reply's body {ok, errc, error} are laid out alike in every version),
+// which names both versions and the side to upgrade, and the connection
+// closes: a mismatch fails at connect, never mid-session. Bump it with any
+// change to a message, a fixed call or a transport's wire header:
+// tests/unit/wire_version_test.cpp keeps their fingerprint beside it and
+// fails until both are updated.
+inline constexpr std::uint16_t kVersion = 2;
+inline constexpr std::uint64_t kWireFingerprint = 0x6a2f6d22bdd43aa5;  // tests/unit/wire_version_test.cpp
 inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::uint32_t kMaxBodySize = 1u << 20;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
@@ -93,6 +102,11 @@ struct Header {
 std::array<std::uint8_t, kHeaderSize> encode_header(const Header& header);
 // Throws Error(protocol) on a bad magic, version or length.
 Header decode_header(std::span<const std::uint8_t, kHeaderSize> bytes);
+// The same but any version (framing only): for the hello exchange, where a
+// foreign version is answered or reported, not dropped.
+Header decode_frame_header(std::span<const std::uint8_t, kHeaderSize> bytes);
+// What a version mismatch says: both versions and which side to upgrade.
+std::string version_mismatch(std::uint16_t client_version, std::uint16_t server_version);
 
 // Throws Error(invalid_argument) when the body exceeds kMaxBodySize.
 Bytes encode_frame(std::uint16_t type, std::uint32_t request_id, const Body& body);

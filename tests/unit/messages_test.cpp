@@ -50,8 +50,20 @@ TEST(Messages, HeaderWithBadMagicIsRejected) {
 }
 
 TEST(Messages, HeaderWithOtherVersionIsRejected) {
-  for (std::uint16_t v : {std::uint16_t{0}, std::uint16_t{2}, std::uint16_t{0xFFFF}})
+  for (std::uint16_t v : {std::uint16_t{0}, static_cast<std::uint16_t>(proto::kVersion - 1),
+                          static_cast<std::uint16_t>(proto::kVersion + 1), std::uint16_t{0xFFFF}})
     expect_error(Errc::protocol, [&] { proto::decode_header(header_bytes({v, 1, 1, 0})); }, "bad version");
+}
+
+// The hello exchange reads any version's header (to answer or report it),
+// still checking the magic and the length.
+TEST(Messages, FrameHeaderOfAnyVersionIsReadForTheHello) {
+  const auto h = proto::decode_frame_header(header_bytes({0xFFFF, 1, 7, 12}));
+  EXPECT_EQ(h.version, 0xFFFF);
+  EXPECT_EQ(h.request_id, 7u);
+  EXPECT_EQ(h.body_length, 12u);
+  expect_error(Errc::protocol, [&] { proto::decode_frame_header(header_bytes({3, 1, 1, proto::kMaxBodySize + 1})); },
+               "length over the limit, any version");
 }
 
 TEST(Messages, HeaderLengthIsBoundedByTheMaximumBody) {
