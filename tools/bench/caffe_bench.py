@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_common import ROOT  # noqa: E402
 PYTHON = "/usr/bin/python3"
 ITERATIONS = (50, 100, 150, 200, 300, 400, 600, 800)
 REPEATS = 3  # each point: the median time of three runs

@@ -28,17 +28,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import latency  # noqa: E402  (the same ucx_perftest / smbd / smb-bench runners)
-from testbed_hosts import replace_section  # noqa: E402
+from bench_common import parse_size, replace_section  # noqa: E402
 
 BEGIN, END = "<!-- large-region:begin -->", "<!-- large-region:end -->"
 NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
 HUGE_PAGE = 2 << 20
 MiB = 1 << 20
-
-
-def parse_size(text):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
 
 
 def set_huge_pages(count):

@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_common import BENCHMARKS_MD, ROOT, replace_section  # noqa: E402
 TRANSPORTS = [("shared memory", None), ("tcp", "tcp,self")]
 ACCUMULATE_SIZES = [4, 64, 1024, 4096, 65536, 1 << 20]
 AM_SIZES = [8, 64, 1024, 4096, 65536, 1 << 20]
@@ -269,15 +269,7 @@ def markdown(results):
 
 
 def write_docs(text):
-    path = os.path.join(ROOT, "docs", "benchmarks.md")
-    with open(path) as f:
-        doc = f.read()
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip() + "\n\n## Small operations: latency against UCX\n\n" + text + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
+    replace_section(BENCHMARKS_MD, BEGIN, END, text, heading="## Small operations: latency against UCX")
 
 
 def plot(results):

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_common import ROOT  # noqa: E402
 STRIPE = 4096
 
 

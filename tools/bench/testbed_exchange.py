@@ -39,7 +39,8 @@ import os
 import subprocess
 import sys
 
-from testbed_hosts import ROOT, TESTBED, host_command, proc_usage, replace_section, start_smbd, tb
+from bench_common import replace_section
+from testbed_hosts import ROOT, TESTBED, host_command, proc_usage, start_smbd, tb
 
 NAME = "smbtbx"
 BEGIN, END = "<!-- testbed-exchange:begin -->", "<!-- testbed-exchange:end -->"

@@ -6,7 +6,7 @@ import re
 import subprocess
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_common import ROOT
 TESTBED = os.path.join(ROOT, "tools", "testbed", "testbed.sh")
 
 
@@ -63,13 +63,3 @@ def start_smbd(name, build, host, log_dir, capacity, timeout=120, listen=None, d
         time.sleep(0.1)
     raise RuntimeError(f"smbd on {host} did not start (log {log.name})")
 
-
-def replace_section(path, begin, end, text):
-    """Puts `text` (which starts with `begin` and ends with `end`) in place of
-    that section of the file, or at its end."""
-    doc = open(path).read()
-    if begin in doc:
-        doc = doc[:doc.index(begin)] + text + doc[doc.index(end) + len(end):]
-    else:
-        doc += "\n" + text + "\n"
-    open(path, "w").write(doc)

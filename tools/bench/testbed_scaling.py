@@ -20,12 +20,12 @@ Needs root and iproute2 (the testbed). Results: build/PRESET/testbed-scaling/.
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 
-from testbed_hosts import ROOT, TESTBED, host_command, path_is_tcp, proc_usage, replace_section
+from bench_common import parse_size, replace_section
+from testbed_hosts import ROOT, TESTBED, host_command, path_is_tcp, proc_usage
 from testbed_hosts import start_smbd as start_smbd_on
 from testbed_hosts import tb as tb_named
 
@@ -108,13 +108,6 @@ def measure(build, n, link, per_server, passes, transports, depth, log_dir):
         return result
     finally:
         subprocess.run([TESTBED, "--name", NAME, "down"], capture_output=True)
-
-
-def parse_size(text):
-    m = re.fullmatch(r"(\d+)([KMG]?)", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"a size such as 64M: {text}")
-    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
 
 
 def markdown(results, link, per_server, passes, transports):

@@ -25,7 +25,8 @@ import subprocess
 import sys
 import time
 
-from testbed_hosts import ROOT, host_command, path_is_tcp, replace_section, start_smbd, tb
+from bench_common import replace_section
+from testbed_hosts import ROOT, host_command, path_is_tcp, start_smbd, tb
 
 NAME = "smbtbtcp"
 BEGIN, END = "<!-- testbed-tcp:begin -->", "<!-- testbed-tcp:end -->"

@@ -35,7 +35,8 @@ import os
 import subprocess
 import sys
 
-from testbed_hosts import ROOT, host_command, proc_usage, replace_section, start_smbd, tb
+from bench_common import replace_section
+from testbed_hosts import ROOT, host_command, proc_usage, start_smbd, tb
 
 NAME = "smbtbtrain"
 BEGIN, END = "<!-- testbed-training:begin -->", "<!-- testbed-training:end -->"

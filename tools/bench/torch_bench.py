@@ -30,8 +30,7 @@ import tempfile
 import textwrap
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYTHON = "/usr/bin/python3"
+from bench_common import PYTHON, ROOT
 
 # 8 B and 4 KiB travel inline (the fixed cost); 1 MB and up through the servers.
 SIZES = (8, 4096, 1 << 20, 10 << 20, 100 << 20)
