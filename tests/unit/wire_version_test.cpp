@@ -21,6 +21,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <regex>
 #include <string>
 #include <unistd.h>
 
@@ -132,6 +134,21 @@ TEST(WireVersion, TheCheckpointFormatsFingerprintIsItsOwn) {
       << "the checkpoint file's layout changed. Set checkpoint::kFormat (smb-client/checkpoint_file.hpp) to "
       << ckpt::kFormat + 1 << " and kFormatFingerprint beside it to " << hex(fingerprint)
       << ", so that a file of another format is refused whole, with both formats named";
+}
+
+// docs/architecture.md's message table ("| N | `name` | ...") lists exactly
+// the messages the code has, under the same numbers.
+TEST(WireVersion, TheArchitecturesMessageTableIsTheCodes) {
+  std::ifstream in(SMB_TEST_ARCHITECTURE_MD);
+  ASSERT_TRUE(in) << SMB_TEST_ARCHITECTURE_MD;
+  const std::regex row(R"(^\| (\d+) \| `([a-z_]+)` \|)");
+  std::map<int, std::string> documented;
+  for (std::string line; std::getline(in, line);)
+    if (std::smatch m; std::regex_search(line, m, row)) documented[std::stoi(m[1])] = m[2];
+  std::map<int, std::string> coded;
+  for (std::uint16_t t = 1; t < 256; ++t)
+    if (std::string name = proto::message_name(t); name != "unknown") coded[t] = name;
+  EXPECT_EQ(documented, coded) << "docs/architecture.md's \"Messages\" table and protocol::MessageType differ";
 }
 
 // What a mismatch says names both versions and the side to upgrade: the
