@@ -28,7 +28,8 @@ static_assert(SMB_EINVAL == static_cast<int>(smb::Errc::invalid_argument) &&
               SMB_EINTERNAL == static_cast<int>(smb::Errc::internal) &&
               SMB_ELOST == static_cast<int>(smb::Errc::data_lost) &&
               SMB_EPERM == static_cast<int>(smb::Errc::permission_denied) &&
-              SMB_EBUSY == static_cast<int>(smb::Errc::busy));
+              SMB_EBUSY == static_cast<int>(smb::Errc::busy) &&
+              SMB_EORDER == static_cast<int>(smb::Errc::out_of_order));
 // smb.h's op and dtype numbers are the C++ enums' (and the wire's).
 static_assert(SMB_OP_ACCUMULATE == static_cast<int>(smb::VectorOp::accumulate) &&
               SMB_OP_AXPY == static_cast<int>(smb::VectorOp::axpy) &&
@@ -257,7 +258,7 @@ int smb_register_memory(smb_client* client, void* base, size_t bytes, smb_regist
 void smb_unregister_memory(smb_registration* registration) { std::unique_ptr<smb_registration> owned(registration); }
 const char* smb_last_error(void) { return last_error.c_str(); }
 const char* smb_errc_name(int code) {
-  if (code < SMB_OK || code > SMB_EBUSY) return "unknown error";
+  if (code < SMB_OK || code > SMB_EORDER) return "unknown error";
   return smb::errc_name(static_cast<smb::Errc>(code));
 }
 

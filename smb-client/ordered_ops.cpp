@@ -91,14 +91,14 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
                    "its word differed from copy 0's at the same place in their order (a write raced the " + std::string(op) +
                        " on the same bytes)", true);
     } catch (const Error& e) {
-      if ((e.code() == Errc::already_exists || e.code() == Errc::timeout) && !primary_answers(run.position)) {
+      if ((e.code() == Errc::out_of_order || e.code() == Errc::timeout) && !primary_answers(run.position)) {
         // Copy 0 died after it answered: ops of clients that saw it die took
         // this copy's next versions, or one it ordered never comes. This copy
         // is the only one now: the op goes after what it has, and its answer
         // is the op's (copy 0's state is gone with it).
         start(run, run.replica, nullptr);
         first->replies = run.calls->finish_fixed();
-      } else if (client::is_absence(e) || e.code() == Errc::already_exists) {
+      } else if (client::is_absence(e) || e.code() == Errc::out_of_order) {
         // Gone (the others have the op), or left behind by its primary (an op
         // before this one never came: its client died between the copies).
         mark_stale(run.replica, server, "it missed " + an(op) + ": " + e.what(), alive(server));

@@ -400,13 +400,13 @@ std::optional<Applied> Registry::apply(const VectorRequest& r, bool wait) {
     // A replica's copy of an op: exactly after the op its primary applied before it.
     const auto now = target->version.load();
     if (target->behind)
-      throw Error(Errc::already_exists, what() + ": op order " + std::to_string(r.order) +
-                                            " cannot follow here: an op before it never came (its client died "
+      throw Error(Errc::out_of_order, what() + ": op order " + std::to_string(r.order) +
+                                          " cannot follow here: an op before it never came (its client died "
                                             "between the copies), so this copy is behind its primary until repaired");
     if (now + 1 < r.order) throw OrderGap{r.order - 1};
     if (now + 1 > r.order)
-      throw Error(Errc::already_exists, what() + ": op order " + std::to_string(r.order) +
-                                            " is taken here (version " + std::to_string(now) +
+      throw Error(Errc::out_of_order, what() + ": op order " + std::to_string(r.order) +
+                                          " is taken here (version " + std::to_string(now) +
                                             "): this replica no longer follows its primary");
   }
   target->begun.fetch_add(1);

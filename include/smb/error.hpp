@@ -23,10 +23,14 @@ enum class Errc : int {
   data_lost = 12,         ///< a server restarted empty: its stripes of a buffer are gone
   permission_denied = 13, ///< the server wants a shared secret this client lacks or got wrong
   busy = 14,              ///< being repaired by another client, or a holder did not pause for a repair
+  /// A replica's copy of an op cannot take its place in the copy's order
+  /// (the place is taken, or the copy fell behind its primary); libsmb marks
+  /// that copy stale, a caller of the public API never sees it.
+  out_of_order = 15,
 };
 
 /// The highest code: one above it from the wire is a code this build does not know.
-inline constexpr Errc kLastErrc = Errc::busy;
+inline constexpr Errc kLastErrc = Errc::out_of_order;
 
 const char* errc_name(Errc code) noexcept;
 

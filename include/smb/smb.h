@@ -30,7 +30,8 @@ enum smb_errc {
   SMB_EINTERNAL = 11,
   SMB_ELOST = 12,       /**< a server restarted empty: its stripes of a buffer are gone */
   SMB_EPERM = 13,       /**< the server wants a shared secret (SMB_AUTH_TOKEN_FILE) this client lacks or got wrong */
-  SMB_EBUSY = 14        /**< being repaired by another client, or a holder did not pause for a repair */
+  SMB_EBUSY = 14,       /**< being repaired by another client, or a holder did not pause for a repair */
+  SMB_EORDER = 15       /**< a replica's copy of an op could not take its place (libsmb handles it) */
 };
 
 typedef struct smb_client smb_client;

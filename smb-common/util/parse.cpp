@@ -27,6 +27,7 @@ const char* errc_name(Errc code) noexcept {
     case Errc::data_lost: return "data lost";
     case Errc::permission_denied: return "permission denied";
     case Errc::busy: return "busy";
+    case Errc::out_of_order: return "out of order";
   }
   return "unknown error";
 }

@@ -24,7 +24,8 @@ using namespace std::chrono_literals;
 using json = nlohmann::json;
 
 constexpr std::uint16_t kHello = 1;
-constexpr std::uint16_t kOurs = 2;  // the version this suite speaks (RawHeader's default)
+constexpr std::uint16_t kOurs = RawHeader{}.version;  // the version this suite speaks
+const std::string kOursText = std::to_string(kOurs);
 constexpr int kProtocol = 9;
 
 RawBytes hello_in(std::uint16_t version) {
@@ -41,8 +42,9 @@ RawBytes hello_in(std::uint16_t version) {
 
 TEST(WireVersionTest, SmbdAnswersAHelloOfAnotherReleaseWithBothVersionsAndCloses) {
   SmbdProcess server;
-  for (const auto& [version, upgrade] : {std::pair<std::uint16_t, std::string>{1, "upgrade the client"},
-                                         std::pair<std::uint16_t, std::string>{3, "upgrade smbd"}}) {
+  for (const auto& [version, upgrade] :
+       {std::pair<std::uint16_t, std::string>{static_cast<std::uint16_t>(kOurs - 1), "upgrade the client"},
+        std::pair<std::uint16_t, std::string>{static_cast<std::uint16_t>(kOurs + 1), "upgrade smbd"}}) {
     RawConnection raw(server.address());
     ASSERT_TRUE(raw.send(hello_in(version)));
     const auto reply = raw.receive();
@@ -54,7 +56,8 @@ TEST(WireVersionTest, SmbdAnswersAHelloOfAnotherReleaseWithBothVersionsAndCloses
     EXPECT_FALSE(reply->body.value("ok", true));
     EXPECT_EQ(reply->body.value("errc", 0), kProtocol);
     const std::string error = reply->body.value("error", "");
-    EXPECT_NE(error.find("speaks wire version " + std::to_string(version) + " and smbd version 2"), std::string::npos)
+    EXPECT_NE(error.find("speaks wire version " + std::to_string(version) + " and smbd version " + kOursText),
+              std::string::npos)
         << error;
     EXPECT_NE(error.find(upgrade), std::string::npos) << error;
     EXPECT_TRUE(raw.closed_by_peer()) << "the connection should close after the mismatch";
@@ -137,16 +140,20 @@ std::string connect_error(const std::string& address) {
 
 TEST(WireVersionTest, AClientMeetingANewerServerSaysBothVersionsAtConnect) {
   // A newer server's own words come through ...
-  ForeignServer newer(reply_in(3, {{"ok", false}, {"errc", kProtocol},
-                                   {"error", "the client (libsmb) speaks wire version 2 and smbd version 3: upgrade "
-                                             "the client to the server's release"}}));
+  const std::string newer_words = "wire version " + kOursText + " and smbd version " + std::to_string(kOurs + 1) +
+                                  ": upgrade the client";
+  ForeignServer newer(reply_in(static_cast<std::uint16_t>(kOurs + 1), {{"ok", false}, {"errc", kProtocol},
+                                           {"error", "the client (libsmb) speaks " + newer_words + " (a newer smbd)"}}));
   auto error = connect_error(newer.address());
   EXPECT_NE(error.find(newer.address()), std::string::npos) << error;
-  EXPECT_NE(error.find("wire version 2 and smbd version 3: upgrade the client"), std::string::npos) << error;
+  EXPECT_NE(error.find(newer_words + " (a newer smbd)"), std::string::npos) << error;
   // ... and a reply in another version that is no error is reported alike.
-  ForeignServer odd(reply_in(5, {{"ok", true}}));
+  ForeignServer odd(reply_in(static_cast<std::uint16_t>(kOurs + 3), {{"ok", true}}));
   error = connect_error(odd.address());
-  EXPECT_NE(error.find("speaks wire version 2 and smbd version 5: upgrade the client"), std::string::npos) << error;
+  EXPECT_NE(error.find("speaks wire version " + kOursText + " and smbd version " + std::to_string(kOurs + 3) +
+                       ": upgrade the client"),
+            std::string::npos)
+      << error;
 }
 
 }  // namespace

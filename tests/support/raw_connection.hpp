@@ -23,7 +23,7 @@ struct RawHeader {
   std::uint32_t magic = kFrameMagic;
   // The wire version this suite speaks, written out here rather than taken
   // from protocol/messages.hpp (a test of a foreign version sets another).
-  std::uint16_t version = 2;
+  std::uint16_t version = 3;
   std::uint16_t type = 0;
   std::uint32_t request_id = 0;
   std::uint32_t body_length = 0;

@@ -121,7 +121,7 @@ TEST_F(HostileCallsTest, OrderedCallsRunInTheirOrderAndGapsTimeOut) {
     return encode_vector_call(id, VectorOp::scale, DType::f32, 0, 16, 2, "w#r1", std::nullopt, 0, order);
   };
   EXPECT_EQ(call(MessageType::vector_call, scale(1, 1)).version, 1u);
-  expect_refused(MessageType::vector_call, scale(2, 1), Errc::already_exists, "an order already taken");
+  expect_refused(MessageType::vector_call, scale(2, 1), Errc::out_of_order, "an order already taken");
   // Order 3 before order 2: it waits, and runs once 2 did.
   Bytes later_reply;
   auto later = std::make_shared<transport::Completion>();
@@ -146,7 +146,7 @@ TEST_F(HostileCallsTest, OrderedCallsRunInTheirOrderAndGapsTimeOut) {
   // The copy is behind its primary now: an ordered op in its turn is
   // refused at once (no other client waits for the gap again)...
   const auto refused_at = std::chrono::steady_clock::now();
-  expect_refused(MessageType::vector_call, scale(7, 5), Errc::already_exists, "an ordered op on a copy left behind");
+  expect_refused(MessageType::vector_call, scale(7, 5), Errc::out_of_order, "an ordered op on a copy left behind");
   EXPECT_LT(std::chrono::steady_clock::now() - refused_at, 4s) << "it waited for the gap again";
   // ...until a repair gives it its source's version.
   raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::set_version), 3, {{"name", "w#r1"}, {"version", 7}}));
@@ -178,7 +178,7 @@ TEST_F(HostileCallsTest, AtomicCallsAnswerTheOldWordInTheCopysOrder) {
   EXPECT_EQ(call(MessageType::atomic_call, cas(2, 4, 9)).old, 5u) << "no swap";
   EXPECT_EQ(call(MessageType::atomic_call, cas(3, 5, 9, 3)).old, 5u) << "in its order (version 3): swapped";
   EXPECT_EQ(call(MessageType::atomic_call, add(4, 56, 0)).old, 9u);
-  expect_refused(MessageType::atomic_call, cas(5, 9, 1, 3), Errc::already_exists, "an order already taken");
+  expect_refused(MessageType::atomic_call, cas(5, 9, 1, 3), Errc::out_of_order, "an order already taken");
   expect_refused(MessageType::atomic_call, add(6, 12, 1), Errc::invalid_argument, "a misaligned word");
   expect_refused(MessageType::atomic_call, add(7, 64, 1), Errc::out_of_range, "a word past the segment");
   expect_refused(MessageType::atomic_call, add(8, UINT64_MAX - 7, 1), Errc::out_of_range, "a word at 2^64-8");

@@ -1,6 +1,6 @@
 // The wire version means something only if it changes with the wire. This
 // test takes a fingerprint of everything two releases must agree on (every
-// message's number and name, the fixed calls' encodings, a layout record,
+// message's number and name, the error codes, the fixed calls' encodings, a layout record,
 // the transports' wire headers: sizes and field offsets) and compares it
 // with protocol::kWireFingerprint, kept beside kVersion. A change to any of
 // them fails here until both are updated, so no wire change ships under an
@@ -49,6 +49,8 @@ std::string layout_of(const char* name, std::size_t size, Fields... offsets) {
 std::string wire_description() {
   std::string wire;
   for (std::uint16_t t = 1; t < 256; ++t) wire += std::to_string(t) + "=" + proto::message_name(t) + ";";
+  for (int c = 0; c <= static_cast<int>(smb::kLastErrc); ++c)  // error codes travel in every reply
+    wire += std::to_string(c) + "=" + smb::errc_name(static_cast<smb::Errc>(c)) + ";";
   wire += schema_bytes(proto::encode_vector_call(7, smb::VectorOp::axpy, smb::DType::f32, 64, 3, 0.5, "w",
                                                  std::string_view("d"), 128, 9));
   wire += schema_bytes(proto::encode_version_call(7, proto::VersionCallKind::wait, "w", 3, 100));
@@ -93,7 +95,7 @@ TEST(WireVersion, TheFingerprintBesideTheVersionIsTheWiresOwn) {
   char hex[32];
   std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(fingerprint));
   EXPECT_EQ(fingerprint, proto::kWireFingerprint)
-      << "the wire changed: a message, a fixed call, the layout record or a transport header. Set "
+      << "the wire changed: a message, an error code, a fixed call, the layout record or a transport header. Set "
          "protocol::kVersion (smb-common/protocol/messages.hpp) to "
       << proto::kVersion + 1 << " and kWireFingerprint beside it to " << hex
       << ", so that peers of different releases fail at hello instead of mid-session";

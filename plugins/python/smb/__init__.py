@@ -24,13 +24,13 @@ import os
 from . import _core
 from .errors import (AlreadyExists, CapacityExhausted, Error, InternalError, InvalidArgument, NotFound,
                      OutOfRange, ProtocolError, ServerGone, Timeout, TransportError, Unreachable, DataLost,
-                     PermissionDenied, Busy)
+                     PermissionDenied, Busy, OutOfOrder)
 
 __all__ = [
     "TRANSPORTS", "__version__", "Client", "Buffer", "Lock", "MemoryRegistration", "UpdateEngine", "DTYPES", "OPS", "dtype_name",
     "element_size", "memory_address", "Error", "InvalidArgument", "OutOfRange", "NotFound", "AlreadyExists",
     "CapacityExhausted", "Unreachable", "ServerGone", "Timeout", "ProtocolError", "TransportError",
-    "InternalError", "DataLost", "PermissionDenied", "Busy", "read_checkpoint",
+    "InternalError", "DataLost", "PermissionDenied", "Busy", "OutOfOrder", "read_checkpoint",
 ]
 
 __version__ = _core.VERSION

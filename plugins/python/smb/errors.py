@@ -84,9 +84,16 @@ class Busy(Error):
     code = "busy"
 
 
+class OutOfOrder(Error):
+    """A replica's copy of an op could not take its place in the copy's order
+    (libsmb handles it: the copy is marked stale)."""
+
+    code = "out_of_order"
+
+
 _BY_CODE = {cls.code: cls for cls in (InvalidArgument, OutOfRange, NotFound, AlreadyExists, CapacityExhausted,
                                        Unreachable, ServerGone, Timeout, ProtocolError, TransportError,
-                                       InternalError, DataLost, PermissionDenied, Busy)}
+                                       InternalError, DataLost, PermissionDenied, Busy, OutOfOrder)}
 
 
 def from_code(code, message):

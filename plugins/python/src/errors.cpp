@@ -25,6 +25,7 @@ const char* code_name(Errc code) {
     case Errc::data_lost: return "data_lost";
     case Errc::permission_denied: return "permission_denied";
     case Errc::busy: return "busy";
+    case Errc::out_of_order: return "out_of_order";
   }
   return "internal";
 }

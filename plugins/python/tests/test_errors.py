@@ -140,7 +140,7 @@ class ErrorClassesTest(fabric.FabricTestCase):
         classes = {cls.code: cls for cls in (smb.InvalidArgument, smb.OutOfRange, smb.NotFound, smb.AlreadyExists,
                                              smb.CapacityExhausted, smb.Unreachable, smb.ServerGone, smb.Timeout,
                                              smb.ProtocolError, smb.TransportError, smb.InternalError,
-                                             smb.DataLost, smb.PermissionDenied, smb.Busy)}
+                                             smb.DataLost, smb.PermissionDenied, smb.Busy, smb.OutOfOrder)}
         self.assertEqual(sorted(classes), sorted(names[1:]))
         for code, cls in classes.items():
             error = smb.errors.from_code(code, f"a {code} message")
