@@ -5,7 +5,6 @@
 #include "transport/ucx/am_checks.hpp"
 #include "transport/ucx/am_wire.hpp"
 
-#include <array>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 
@@ -32,8 +31,9 @@ struct WriteContext {
   SegmentAccess access;
 };
 
-// A call whose bytes come by rendezvous: UCX moves them straight into the
-// frame and payload (no bounce buffer, no split copy).
+// A call whose payload comes by rendezvous: its frame came in the message's
+// header, and UCX moves the payload straight into its buffer (no bounce
+// buffer, no split copy).
 struct CallContext {
   UcxServerTransport* transport;
   ucp_ep_h reply_ep;
