@@ -232,9 +232,12 @@ CheckpointInfo EngineCore::save_checkpoint(const std::string& path) {
 
 void EngineCore::global_weights(std::span<float> out) {
   if (out.size() != config_.parameters) throw Error(Errc::invalid_argument, "global_weights: wrong parameter count");
-  if (gpu_) gpu_->check_device_span(out, "global_weights");
+  // Into device memory through the staging buffer, or straight into host
+  // memory (to save or evaluate the model on the CPU).
+  const bool to_device = gpu_ && !gpu_->is_host_span(out);
+  if (to_device) gpu_->check_device_span(out, "global_weights");
   finish_pending();
-  if (gpu_) {
+  if (to_device) {
     global_.read(0, bytes_of(gpu_->staging()));
     gpu_->from_staging(out, "global_weights");
     return;

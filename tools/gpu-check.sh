@@ -26,10 +26,16 @@
 #   - the Python module (smb._core) built for this python3;
 #   - tools/gpu/torch_cuda_check.py, 2 ranks: smb.torch's collectives and
 #     DistributedOptimizer on CUDA tensors, the engine on device memory;
+#   - tools/gpu/cuda_exchange_profile.py, 2 ranks: where the exchange of
+#     resnet18's CUDA gradients spends its time (copies, the fabric, gloo);
 #   - the synthetic benchmark (resnet18) on CUDA: smb.torch against DDP
-#     over NCCL, 2 processes (DDP with 1 if NCCL refuses 2 on one GPU).
+#     over NCCL, 2 processes (DDP with 1 if NCCL refuses 2 on one GPU),
+#     and against DDP over gloo with the same 2 processes.
 # Not covered: Caffe's GPU mode (smb-caffe builds BVLC Caffe CPU_ONLY:
 # plugins/caffe/build-caffe.sh).
+#
+# SMB_GPU_CHECK_STEPS="NAME ..." runs only those steps (the Python module
+# is built whenever a step needs it).
 #
 # `run --cpu` does every step without a GPU (the GPU checks skip or run on
 # CPU tensors): how tests/gpu_check_test.sh checks this script in CI.
@@ -61,7 +67,7 @@ pack() {
   [ -f "$build/CMakeCache.txt" ] || die "$build is not configured (cmake --preset ci)"
   grep -q '^SMB_WITH_CUDA:BOOL=ON' "$build/CMakeCache.txt" ||
     die "$build was configured without CUDA (SMB_WITH_CUDA is not ON): the check would find nothing to run"
-  cmake --build "$build" --target smbd smb smb_gpu_tests smb_python >/dev/null || die "the build failed"
+  cmake --build "$build" --target smbd smb smb_gpu_tests smb_python smb_torch >/dev/null || die "the build failed"
   rm -rf "$PACK"
   mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/include/smb" "$PACK/include/dlpack" "$PACK/python"
   cp "$build/smb-server/smbd" "$build/tests/smb_gpu_tests" "$PACK/bin/"
@@ -102,6 +108,7 @@ say() { echo "$*" | tee -a "$REPORT"; }
 step() {
   local name="$1" limit="$2"
   shift 2
+  wanted "$name" || return 0
   local log="$LOGS/$name.log" started=$SECONDS rc
   [ $((BUDGET_S - SECONDS)) -lt "$limit" ] && limit=$((BUDGET_S - SECONDS))
   if [ "$limit" -le 5 ]; then
@@ -122,15 +129,27 @@ step() {
   return $rc
 }
 
+# Whether SMB_GPU_CHECK_STEPS (default: every step) names step $1.
+wanted() {
+  [ -z "${SMB_GPU_CHECK_STEPS:-}" ] && return 0
+  case " $SMB_GPU_CHECK_STEPS " in *" $1 "*) return 0 ;; esac
+  return 1
+}
+
 library_path() {
   # The packed libraries only where the machine has none of that name, so
   # that its own (newer) copies win; CUDA's and NCCL's from the toolkit or
-  # from torch's wheels.
+  # from torch's wheels. UCX always ours, whole: its transports are modules
+  # loaded from UCX_MODULE_DIR, and a machine's own libucs (Ubuntu 24.04's
+  # 1.16, say) refuses our 1.13 modules, which leaves UCX without shared
+  # memory and CMA: the fabric then ran over TCP loopback (seen on the first
+  # GPU machine, 2026-11-27).
   local use="$PACK/use"
   rm -rf "$use" && mkdir -p "$use"
   local f name
   for f in "$PACK"/lib/*.so*; do
     name="$(basename "$f")"
+    case "$name" in libucp.so* | libuct.so* | libucs.so* | libucm.so*) ln -sf "$f" "$use/$name"; continue ;; esac
     ldconfig -p 2>/dev/null | grep -qF "	$name (" || ln -sf "$f" "$use/$name"
   done
   [ -d "$PACK/lib/ucx" ] && ln -s "$PACK/lib/ucx" "$use/ucx"
@@ -174,6 +193,22 @@ build_python_module() {
     -o "$PACK/python/smb/_core$suffix" && echo "built $PACK/python/smb/_core$suffix"
 }
 
+# The profile once per UCX_TLS in $SMB_GPU_CHECK_UCX_TLS ("default": unset).
+exchange_profile() {
+  local tls rc=0
+  for tls in ${SMB_GPU_CHECK_UCX_TLS:-default}; do
+    echo "UCX_TLS=$tls"
+    if [ "$tls" = default ]; then
+      "$PYTHON" "$PACK/bin/smbrun" -np 2 --local-servers 2 --capacity 1G --timeout 60 \
+        -- "$PYTHON" "$ROOT/tools/gpu/cuda_exchange_profile.py" --device "$1" || rc=1
+    else
+      UCX_TLS="$tls" "$PYTHON" "$PACK/bin/smbrun" -np 2 --local-servers 2 --capacity 1G --timeout 60 \
+        -- "$PYTHON" "$ROOT/tools/gpu/cuda_exchange_profile.py" --device "$1" || rc=1
+    fi
+  done
+  return $rc
+}
+
 synthetic() {
   local device="$1" out="$LOGS/synthetic.jsonl"
   local bench=("$PYTHON" "$ROOT/plugins/torch/examples/synthetic_benchmark.py" --json --model resnet18
@@ -184,9 +219,9 @@ synthetic() {
   if [ "$device" = cuda ]; then
     "$PYTHON" "${run[@]}" -np 2 -- "${bench[@]}" --baseline ddp-nccl | grep '^{' >>"$out" ||
       "$PYTHON" "${run[@]}" -np 1 -- "${bench[@]}" --baseline ddp-nccl | grep '^{' >>"$out"
-  else
-    "$PYTHON" "${run[@]}" -np 2 -- "${bench[@]}" --baseline ddp-gloo | grep '^{' >>"$out"
   fi
+  # The same processes on the same device, with gloo's exchange.
+  "$PYTHON" "${run[@]}" -np 2 -- "${bench[@]}" --baseline ddp-gloo | grep '^{' >>"$out"
   cat "$out"
   "$PYTHON" - "$out" <<'EOF'
 import json, sys
@@ -217,23 +252,26 @@ run() {
   fi
   say "## The machine"
   { echo '```'; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | head -5
+    echo "kernel.yama.ptrace_scope: $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo absent) (not 0: UCX has no CMA between processes)"
     "$PYTHON" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)' 2>&1
     echo '```'; } >>"$REPORT"
   export LD_LIBRARY_PATH
   LD_LIBRARY_PATH="$(library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export UCX_MODULE_DIR="$PACK/use/ucx" SMB_SMBD="$PACK/bin/smbd" PYTHONPATH="$PACK/python" OMP_NUM_THREADS=4
   export PYTHONUNBUFFERED=1 PACK ROOT LOGS PYTHON
-  export -f build_python_module synthetic  # run by step, under timeout
+  export -f build_python_module exchange_profile synthetic  # run by step, under timeout
   say ""
   say "## Checks"
   step libraries 30 bash -c "! ldd '$PACK/bin/smb_gpu_tests' '$PACK/bin/smbd' | grep -B1 'not found'" &&
     { ldd "$PACK/lib/libsmb.so.0" | grep -E 'nccl|cudart|ucp' >>"$LOGS/libraries.log"; }
   step gpu_tests 90 "$PACK/bin/smb_gpu_tests" --gtest_color=no
-  if step python_module 150 bash -c build_python_module; then
+  if SMB_GPU_CHECK_STEPS="${SMB_GPU_CHECK_STEPS:+$SMB_GPU_CHECK_STEPS python_module}" \
+    step python_module 150 bash -c build_python_module; then
     local cpu_env=()
     [ -n "$cpu" ] && cpu_env=(SMB_GPU_CHECK_ON_CPU=1)
     step torch_cuda 100 env "${cpu_env[@]}" "$PYTHON" "$PACK/bin/smbrun" -np 2 --local-servers 2 --capacity 1G \
       --timeout 90 -- "$PYTHON" "$ROOT/tools/gpu/torch_cuda_check.py"
+    step exchange_profile 120 bash -c "exchange_profile $([ -n "$cpu" ] && echo cpu || echo cuda)"
     step synthetic 200 bash -c "synthetic $([ -n "$cpu" ] && echo cpu || echo cuda)"
   fi
   say ""

@@ -19,8 +19,8 @@
 /// fabric); read the final averaged model with global_weights().
 ///
 /// GPU groups (EngineConfig::cuda_device >= 0, libsmb built with CUDA and
-/// NCCL): every span given to the engine, `out` of global_weights() included,
-/// is device memory on that device. The group averages and broadcasts with
+/// NCCL): every span given to the engine is device memory on that device,
+/// except that global_weights() also reads into host memory. The group averages and broadcasts with
 /// NCCL; the root's exchange with the global weights goes through a host copy.
 /// The engine's copies and collectives run on a stream of its own that waits
 /// for the legacy default stream; work of the caller's on other streams must
@@ -99,7 +99,8 @@ class UpdateEngine {
   /// the global weights and the group adopts the root's parameters.
   void after_step(std::span<float> params);
   /// The global weights as they are now (waits for this worker's pending
-  /// update). With cuda_device set, `out` is device memory too.
+  /// update). With cuda_device set, `out` is device memory on that device
+  /// or host memory.
   void global_weights(std::span<float> out);
   /// Writes the global weights to a checkpoint file (Client::save); resume
   /// with EngineConfig::resume_from. Exchanges do not take the buffer's

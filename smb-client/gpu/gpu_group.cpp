@@ -21,6 +21,7 @@ class CudaGroup final : public GpuGroup {
 
   void connect(Client& client, const std::string& id_buffer, const std::string& id_barrier) override;
   void check_device_span(std::span<const float> span, const char* op) const override;
+  bool is_host_span(std::span<const float> span) const override { return is_host_memory(span.data()); }
   std::span<float> staging() override { return staging_->span(); }
   void to_staging(std::span<const float> device, const char* op) override;
   void from_staging(std::span<float> device, const char* op) override;

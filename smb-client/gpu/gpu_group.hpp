@@ -29,6 +29,9 @@ class GpuGroup {
   // Throws Errc::invalid_argument unless `span` is memory on the engine's
   // device (a host vector handed to a GPU engine would crash NCCL).
   virtual void check_device_span(std::span<const float> span, const char* op) const = 0;
+  // Whether `span` is plain host memory (pinned or not), which the fabric
+  // reads into directly: where global_weights may land instead of the device.
+  virtual bool is_host_span(std::span<const float> span) const = 0;
   // Page-locked host memory of `parameters` floats: where the root exchanges
   // with the fabric (and global_weights lands) before going to the device.
   virtual std::span<float> staging() = 0;

@@ -14,6 +14,15 @@ bool is_device_memory(const void* p, int device) {
   return attributes.type == cudaMemoryTypeDevice && attributes.device == device;
 }
 
+bool is_host_memory(const void* p) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // a pointer CUDA never saw, on an older runtime: malloc'd host memory
+    return true;
+  }
+  return attributes.type == cudaMemoryTypeHost || attributes.type == cudaMemoryTypeUnregistered;
+}
+
 PinnedFloats::PinnedFloats(std::size_t count, const std::string& where) : count_(count) {
   void* p = nullptr;
   check_cuda(cudaMallocHost(&p, count * sizeof(float)), where, "host staging", "cudaMallocHost", Errc::no_space);

@@ -14,6 +14,9 @@ namespace smb::gpu {
 // (cudaMallocManaged), which NCCL and the copies can use as device memory.
 // Host memory, pinned or not, is not.
 bool is_device_memory(const void* p, int device);
+// True where `p` is plain host memory, pinned or not (what the CPU and the
+// transports read and write directly); false for device and managed memory.
+bool is_host_memory(const void* p);
 
 // Page-locked host memory (cudaMallocHost): copies to and from it are DMA
 // transfers, without the driver's bounce through a pinned buffer of its own.

@@ -156,9 +156,11 @@ TEST_P(GpuUpdateEngineTest, OneWorkerOnDeviceMemoryExchangesWithTheGlobalWeights
   EXPECT_EQ(params.get(), ramp(1)) << "W after the exchange";
   engine.global_weights(out.span());
   EXPECT_EQ(out.get(), ramp(1)) << "global weights, read into device memory";
-
-  // Host memory handed to a GPU engine is an error, not a crash in NCCL.
   std::vector<float> host(kParams);
+  engine.global_weights(host);
+  EXPECT_EQ(host, ramp(1)) << "global weights, read into host memory";
+
+  // Host memory handed to a GPU engine's collectives is an error, not a crash in NCCL.
   const std::string message = expect_errc(
       smb::Errc::invalid_argument, [&] { engine.allreduce(host); }, "allreduce of host memory on a GPU engine");
   EXPECT_TRUE(mentions(message, "not memory on CUDA device 0"));

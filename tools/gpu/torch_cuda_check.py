@@ -118,9 +118,12 @@ def main():
         e.after_step(params)  # tau 1: the average over the groups
         want = 1.0 + (size - 1) / 2
         assert torch.allclose(params, torch.full_like(params, want)), f"after_step gave {params[:3]}, not {want}"
+        on_device = torch.zeros(n, device=device)
+        e.global_weights(on_device)
+        assert torch.allclose(on_device, torch.full_like(on_device, want)), "global weights (device) differ"
         host = np.zeros(n, dtype=np.float32)
-        e.global_weights(host)
-        assert np.allclose(host, want), "global weights differ"
+        e.global_weights(host)  # a GPU engine reads them into host memory too
+        assert np.allclose(host, want), "global weights (host) differ"
         return f"{n} floats on {device}"
 
     run("allreduce", allreduce)

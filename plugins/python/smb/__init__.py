@@ -368,6 +368,7 @@ class UpdateEngine:
         self._e.after_step(params)
 
     def global_weights(self, out):
+        """The global weights into `out`: host memory, or device memory of a GPU engine."""
         self._e.global_weights(out)
 
     def save_checkpoint(self, path):

@@ -29,26 +29,28 @@ struct PyEngine {
   std::uint64_t parameters = 0;
   bool on_device = false;
 
-  // `vector` as the engine's float span: float32, exactly `parameters` long.
-  std::span<float> floats(const HostMemory& mem, const char* what) const {
+  // `vector` as the engine's float span: float32, exactly `parameters` long,
+  // on the engine's side (host memory also where `host_too`).
+  std::span<float> floats(const HostMemory& mem, const char* what, bool host_too) const {
     if (mem.dtype != DType::f32)
       throw Error(Errc::invalid_argument, std::string("UpdateEngine.") + what + ": float32 elements expected");
     if (mem.size != parameters * sizeof(float))
       throw Error(Errc::invalid_argument, std::string("UpdateEngine.") + what + ": " +
                                               std::to_string(mem.size / sizeof(float)) + " floats for an engine of " +
                                               std::to_string(parameters));
-    if ((mem.kind == MemoryKind::cuda) != on_device)
+    if ((mem.kind == MemoryKind::cuda) != on_device && !(host_too && mem.kind != MemoryKind::cuda))
       throw Error(Errc::invalid_argument, std::string("UpdateEngine.") + what +
-                                              (on_device ? ": the engine runs on a GPU; pass device memory"
+                                              (on_device ? ": the engine runs on a GPU; pass device memory "
+                                                           "(global_weights also takes host memory)"
                                                          : ": the engine runs on the host; pass host memory"));
     return {reinterpret_cast<float*>(mem.data), parameters};
   }
 };
 
 template <class F>
-void call(PyEngine& e, py::handle vector, bool writable, const char* what, F f) {
+void call(PyEngine& e, py::handle vector, bool writable, const char* what, F f, bool host_too = false) {
   const auto mem = host_memory(vector, writable, e.on_device);  // held across the call
-  auto span = e.floats(mem, what);
+  auto span = e.floats(mem, what, host_too);
   py::gil_scoped_release nogil;
   f(*e.engine, span);
 }
@@ -100,7 +102,8 @@ void bind_engine(py::module_& m) {
         call(e, params, true, "after_step", [](UpdateEngine& u, std::span<float> s) { u.after_step(s); });
       })
       .def("global_weights", [](PyEngine& e, py::handle out) {
-        call(e, out, true, "global_weights", [](UpdateEngine& u, std::span<float> s) { u.global_weights(s); });
+        call(
+            e, out, true, "global_weights", [](UpdateEngine& u, std::span<float> s) { u.global_weights(s); }, true);
       })
       .def("save_checkpoint", [](PyEngine& e, const std::string& path) {
         py::gil_scoped_release nogil;

@@ -7,6 +7,7 @@ mismatches) arrive as HorovodInternalError on every rank; errors a rank
 finds alone in its call (bad arguments) are ValueError.
 """
 
+import contextlib
 import warnings
 
 import torch
@@ -53,9 +54,15 @@ def _back_to(tensor, out):
 
 
 def _readable_into(tensor):
-    """Whether an in-place result can be read straight into the tensor's
-    own memory (a contiguous CPU tensor), with no result tensor and no copy."""
-    return tensor.device.type == "cpu" and tensor.is_contiguous()
+    """Whether an in-place result can be reduced in the tensor's own memory
+    (a contiguous tensor: on the CPU with no copy at all, on a GPU through
+    one staging copy each way), with no result tensor."""
+    return tensor.is_contiguous()
+
+
+def _storage_at(t):
+    """The address of the storage under t (untyped_storage where torch has it)."""
+    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
 
 
 def _flat_span(tensors):
@@ -63,11 +70,11 @@ def _flat_span(tensors):
     (as a fused bucket's gradients do: DistributedOptimizer keeps them so),
     else None."""
     first = tensors[0]
-    if not all(_readable_into(t) and t.dtype == first.dtype for t in tensors):
+    if not all(_readable_into(t) and t.dtype == first.dtype and t.device == first.device for t in tensors):
         return None
-    at, storage = first.data_ptr(), first.storage().data_ptr()
+    at, storage = first.data_ptr(), _storage_at(first)
     for t in tensors:
-        if t.data_ptr() != at or t.storage().data_ptr() != storage:
+        if t.data_ptr() != at or _storage_at(t) != storage:
             return None
         at += t.numel() * t.element_size()
     return first.detach().as_strided((sum(t.numel() for t in tensors),), (1,), first.storage_offset())
@@ -77,16 +84,25 @@ def _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_fact
     handle = next_handle()
     op = _reduce_op(op, average)
     _check_reducible(tensor, op, process_set)
+    ready = collectives.ready_event(tensor)
 
     def work(group, full):
+        with collectives.side_stream(tensor.device, ready):
+            return reduce(group, full)
+
+    def reduce(group, full):
+        args = (_RED[op], float(prescale_factor), float(postscale_factor))
         if in_place and _readable_into(tensor):
-            collectives.allreduce(group, full, tensor, _RED[op], float(prescale_factor), float(postscale_factor),
-                                  out=tensor.data)
+            collectives.allreduce_(group, full, tensor.data, *args)
             return tensor
-        out = collectives.allreduce(group, full, tensor, _RED[op], float(prescale_factor), float(postscale_factor))
+        if tensor.device.type != "cpu":  # a result of its own on the device, reduced there in place
+            result = tensor.detach().clone(memory_format=torch.contiguous_format)
+            collectives.allreduce_(group, full, result, *args)
+        else:
+            result = collectives.allreduce(group, full, tensor, *args)
         if not in_place:
-            return _back_to(tensor, out)
-        tensor.data.copy_(out)
+            return result
+        tensor.data.copy_(result)
         return tensor
 
     return submit(handle, process_set, "Allreduce", "allreduce", name, work)
@@ -137,33 +153,46 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 def _grouped_work(tensors, op, pre, post, in_place):
     """One fused allreduce per dtype of the list, split back by position."""
+    ready = collectives.ready_event(tensors[0])
 
     def work(group, full):
+        with collectives.side_stream(tensors[0].device, ready):
+            return reduce(group, full)
+
+    def reduce(group, full):
         by_dtype = {}
         for i, t in enumerate(tensors):
             by_dtype.setdefault(t.dtype, []).append(i)
         results = [None] * len(tensors)
         for dtype, positions in sorted(by_dtype.items(), key=lambda kv: str(kv[0])):
-            span = _flat_span([tensors[i] for i in positions]) if in_place else None
+            part_name = f"{full}.{collectives.dtype_name(dtype)}"
+            args = (_RED[op], float(pre), float(post))
+            group_of = [tensors[i] for i in positions]
+            span = _flat_span(group_of) if in_place else None
             if span is not None:  # the bucket in place: nothing to gather or scatter back
-                collectives.allreduce(group, f"{full}.{collectives.dtype_name(dtype)}", span, _RED[op], float(pre),
-                                      float(post), out=span)
+                collectives.allreduce_(group, part_name, span, *args)
                 for i in positions:
                     results[i] = tensors[i]
                 continue
-            flat = torch.cat([collectives.to_host(tensors[i]).reshape(-1) for i in positions])
-            reduced = collectives.allreduce(group, f"{full}.{collectives.dtype_name(dtype)}", flat, _RED[op],
-                                            float(pre), float(post))
-            at = 0
-            for i in positions:
-                n = tensors[i].numel()
-                part = reduced[at:at + n].view(tensors[i].shape)
-                at += n
-                if in_place:
-                    tensors[i].data.copy_(part)
-                    results[i] = tensors[i]
-                else:
-                    results[i] = _back_to(tensors[i], part.clone())
+            on_device = group_of[0].device.type != "cpu"
+            numel = sum(t.numel() for t in group_of)
+            # Fused on the device (its allocator keeps the memory), else in a
+            # buffer of the pool; reduced in place either way.
+            fused = (contextlib.nullcontext(torch.empty(numel, dtype=dtype, device=group_of[0].device)) if on_device
+                     else collectives.fusion_buffer(dtype, numel))
+            with fused as flat:
+                torch.cat([t.detach().reshape(-1) for t in group_of], out=flat)
+                collectives.allreduce_(group, part_name, flat, *args)
+                at = 0
+                for i in positions:
+                    n = tensors[i].numel()
+                    part = flat[at:at + n].view(tensors[i].shape)
+                    at += n
+                    if in_place:
+                        tensors[i].data.copy_(part)
+                        results[i] = tensors[i]
+                    else:  # a buffer of the pool goes back: each result then a tensor of its own
+                        results[i] = part if on_device else part.clone()
         return results
 
     return work

@@ -66,6 +66,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._rebuild = False
         self._step_started = None  # the first collective's start in this step
         self._stats = {"steps": 0, "exchange_s": 0.0, "exposed_s": 0.0}
+        self._grads_dropped = False  # zero_grad(set_to_none=True) seen: laying buckets out would be wasted
         if process_set.included() and basics.size() > 1:
             self._register_hooks()
 
@@ -252,16 +253,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         gather into a fused tensor, no result tensor, no copy back. Autograd
         adds into these views while gradients are zeroed in place
         (zero_grad() without set_to_none); gradients it replaces are laid
-        out again here."""
-        if self._compression is not Compression.none:
+        out again here. Not where zero_grad() sets gradients to None (torch
+        2's default): autograd then makes new ones every step, and buckets
+        are fused into a buffer that is kept instead (ops._grouped_work)."""
+        if self._compression is not Compression.none or self._grads_dropped:
             return
         for group in {id(g): g for g in self._group_of.values()}.values():
             grads = [p.grad for p in group]
-            if any(g is None or g.is_sparse or g.device.type != "cpu" or g.dtype != grads[0].dtype for g in grads):
+            if any(g is None or g.is_sparse or g.dtype != grads[0].dtype or g.device != grads[0].device
+                   for g in grads):
                 continue
             if len(group) < 2 or _flat_span(grads) is not None:
                 continue
-            flat = torch.empty(sum(g.numel() for g in grads), dtype=grads[0].dtype)
+            flat = torch.empty(sum(g.numel() for g in grads), dtype=grads[0].dtype, device=grads[0].device)
             at = 0
             for p, g in zip(group, grads):
                 view = flat[at:at + g.numel()].view(g.shape)
@@ -304,7 +308,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
                                  "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause a "
                                  "race condition.")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
+        had = [p for p in self._group_of if p.grad is not None]
+        result = super(self.__class__, self).zero_grad(*args, **kwargs)
+        self._grads_dropped = self._grads_dropped or any(p.grad is None for p in had)
+        return result
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes

@@ -1234,8 +1234,9 @@ class T11DistributedOptimizer(Case):
 
     def test_buckets_in_place_survive_new_gradient_tensors(self):
         """zero_grad(set_to_none=True) makes autograd hand over new gradient
-        tensors every step: the bucket is gathered as before and laid out
-        flat again, and the training is the same."""
+        tensors every step: the bucket is gathered into a kept fusion buffer
+        and no longer laid out flat (that copy would be wasted), and the
+        training is the same."""
         reference = reference_training(make_model("opt"), sgd_momentum, 3)
         saved = os.environ.get("HOROVOD_CYCLE_TIME")
         os.environ["HOROVOD_CYCLE_TIME"] = "100000"  # one bucket of all 4
@@ -1247,6 +1248,37 @@ class T11DistributedOptimizer(Case):
             else:
                 os.environ["HOROVOD_CYCLE_TIME"] = saved
         self.assertTrainedLike(model, reference, "opt.buckets.set_to_none")
+        self.assertTrue(opt._grads_dropped)
+
+    def test_fusion_buffer_is_lent_again_every_step(self):
+        """Tensors that do not lie in one storage are fused into a buffer of
+        the pool, the same one each time (fresh pages every step cost more
+        than the exchange), and the results stay right."""
+        import contextlib
+        from smb.torch import collectives
+        lent = []
+        borrow = collectives._pool.borrow
+
+        @contextlib.contextmanager
+        def spy(*args):
+            with borrow(*args) as flat:
+                lent.append(flat)  # held: a buffer freed and allocated anew cannot come back at the same address
+                yield flat
+
+        collectives._pool.borrow = spy
+        try:
+            ts = [torch.zeros(n) for n in (1000, 3000, 500)]
+            for step in range(3):
+                for t in ts:
+                    t.fill_(float(self.rank + 1 + step))
+                hvd.grouped_allreduce_(ts, op=hvd.Sum, name="pool")
+                want = float(sum(r + 1 + step for r in range(self.size)))
+                for t in ts:
+                    self.assertTrue(torch.equal(t, torch.full_like(t, want)), f"step {step}: {t[:3]}")
+        finally:
+            del collectives._pool.borrow
+        self.assertEqual(len(lent), 3)
+        self.assertEqual(len({f.data_ptr() for f in lent}), 1, "one buffer, lent again every step")
 
     def test_fusion_cuts_by_size_first_bucket_and_cycle(self):
         from smb.torch.optimizer import _fusion_buckets
