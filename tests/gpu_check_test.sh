@@ -17,7 +17,7 @@ export SMB_GPU_CHECK_ITERS=2 SMB_GPU_CHECK_BATCH=4
 mkdir -p "$OUT"
 
 "$src/tools/gpu-check.sh" pack "$build"
-for f in bin/smbd bin/smb_gpu_tests bin/smbrun lib/libsmb.so.0 lib/libucp.so.0 lib/ucx/libuct_cma.so.0 \
+for f in bin/smbd bin/smb_gpu_tests bin/smbrun bin/ucx_perftest lib/libsmb.so.0 lib/libucp.so.0 lib/ucx/libuct_cma.so.0 \
   include/smb/config.h include/dlpack/dlpack.h python/smb/__init__.py python/smb/torch/optimizer.py; do
   [ -e "$SMB_GPU_CHECK_DIR/$f" ] || { echo "FAIL: the pack lacks $f"; exit 1; }
 done
@@ -39,4 +39,9 @@ for check in allreduce grouped_allreduce allgather broadcast optimizer engine; d
     { echo "FAIL: check $check did not pass on both ranks"; exit 1; }
 done
 grep -q "images/s per worker" "$OUT/gpu-check-logs/synthetic.log" || { echo "FAIL: no benchmark ratio"; exit 1; }
+grep -q '"what": "fabric_read"' "$OUT/gpu-check-logs/exchange_profile.log" || { echo "FAIL: no exchange profile"; exit 1; }
+grep -q '"bytes": 8, "gloo_ms"' "$OUT/gpu-check-logs/small_exchange.log" || { echo "FAIL: no 8-byte exchange"; exit 1; }
+grep -q "round trip (ucx_perftest ucp_am_lat, 8 B, us): [0-9]" "$OUT/gpu-check-logs/small_exchange.log" ||
+  { echo "FAIL: ucx_perftest did not run from the pack"; exit 1; }
+[ "$(find "$OUT" -type f | wc -l)" -le 8 ] || { echo "FAIL: more than 8 files to bring back (a device call brings back 8)"; exit 1; }
 echo "gpu-check.sh: its CPU parts work"
