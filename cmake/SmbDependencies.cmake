@@ -25,7 +25,7 @@ else()
   message(STATUS "systemd notification (sd_notify): OFF (no libsystemd; install libsystemd-dev)")
 endif()
 
-# CUDA and NCCL for the update engine's GPU path (smb-client/gpu/): on by
+# CUDA and NCCL for the update engine's GPU path (smb-engine/gpu/): on by
 # default where the CUDA toolkit and NCCL >= 2.10 (ncclAvg) are found. Only
 # the CUDA runtime API and NCCL are used, from ordinary C++ (no .cu files), so
 # the C++ compiler builds it. NCCL is looked for under NCCL_ROOT (CMake or

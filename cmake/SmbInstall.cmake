@@ -1,10 +1,11 @@
 # Install rules, an exported CMake package (find_package(smb) gives
-# smb::smb) and smb.pc for pkg-config. Every file belongs to a component,
+# smb::smb, and smb::engine for the update engine) and smb.pc for
+# pkg-config. Every file belongs to a component,
 # one per Debian package (cmake/SmbPackaging.cmake): smbd (the daemon, its
 # units and config), libsmb (libsmb0), dev (libsmb-dev), tools (smb-tools:
 # smbctl, smb-bench), python (python3-smb).
 include(CMakePackageConfigHelpers)
-install(TARGETS smb EXPORT smbTargets
+install(TARGETS smb smb_engine EXPORT smbTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT libsmb NAMELINK_COMPONENT dev
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
@@ -44,4 +45,6 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/smbConfig.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/smb COMPONENT dev)
 file(RELATIVE_PATH SMB_PC_PREFIX_FROM_PCDIR "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(cmake/smb.pc.in ${CMAKE_CURRENT_BINARY_DIR}/smb.pc @ONLY)
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/smb.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+configure_file(cmake/smb-engine.pc.in ${CMAKE_CURRENT_BINARY_DIR}/smb-engine.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/smb.pc ${CMAKE_CURRENT_BINARY_DIR}/smb-engine.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)

@@ -18,7 +18,7 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # libsmb.so.0 is in none of the system's packages: dpkg-shlibdeps finds it
 # in the build tree, and the packages that use it depend on libsmb0 through
 # their component's DEPENDS (below).
-set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "${PROJECT_BINARY_DIR}/smb-client")
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "${PROJECT_BINARY_DIR}/smb-client;${PROJECT_BINARY_DIR}/smb-engine")
 set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://example.invalid/smb")
@@ -46,7 +46,7 @@ set(CPACK_DEBIAN_PYTHON_PACKAGE_RECOMMENDS "python3-numpy, python3-torch")
 
 include(CPack)
 cpack_add_component(smbd DISPLAY_NAME "smbd" DESCRIPTION "Soft Memory Box memory server (smbd), as a systemd service")
-cpack_add_component(libsmb DISPLAY_NAME "libsmb0" DESCRIPTION "Soft Memory Box client library")
+cpack_add_component(libsmb DISPLAY_NAME "libsmb0" DESCRIPTION "Soft Memory Box client library and update engine")
 cpack_add_component(dev DISPLAY_NAME "libsmb-dev" DESCRIPTION "Soft Memory Box client library: headers, CMake package, pkg-config file"
                     DEPENDS libsmb)
 cpack_add_component(tools DISPLAY_NAME "smb-tools" DESCRIPTION "Soft Memory Box tools: smbctl, smb-bench, smbrun"

@@ -34,6 +34,17 @@ LockOptions save_lock(std::uint64_t size) {
 
 CheckpointInfo read_checkpoint(const std::string& path) { return checkpoint::FileReader(path).info(); }
 
+CheckpointInfo read_checkpoint(const std::string& path, std::span<std::byte> out) {
+  checkpoint::FileReader in(path);  // verified whole first
+  if (in.info().size != out.size())
+    throw Error(Errc::invalid_argument, "read checkpoint " + util::quoted(path) + ": it holds " +
+                                            std::to_string(in.info().size) + " bytes (buffer '" + in.info().name +
+                                            "'), the destination takes " + std::to_string(out.size()));
+  in.read(out);
+  in.finish();
+  return in.info();
+}
+
 // Consistent means: no server's part changed during the whole read (each
 // server's version the same before and after; a server answers a version
 // read only between ops, so an op running through the whole read counts as

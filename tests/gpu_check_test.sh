@@ -11,7 +11,7 @@ src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null ||
   { echo "skip: needs /usr/bin/python3 with torch and torchvision (python3-torch, python3-torchvision)"; exit 77; }
 dir="$(mktemp -d)"
-trap 'rm -rf "$dir"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 export SMB_GPU_CHECK_DIR="$dir/pack" OUT="$dir/out" SMB_PYTHON=/usr/bin/python3
 export SMB_GPU_CHECK_ITERS=2 SMB_GPU_CHECK_BATCH=4
 mkdir -p "$OUT"
@@ -35,7 +35,7 @@ grep -q "every step ran" "$OUT/gpu-check.md"
 grep -q "SKIPPED.*OneWorkerOnDeviceMemory" "$OUT/gpu-check-logs/gpu_tests.log" ||
   { echo "FAIL: the GPU tests did not skip for lack of a GPU"; exit 1; }
 for check in allreduce grouped_allreduce allgather broadcast optimizer engine; do
-  [ "$(grep -c "\"check\": \"$check\", \"rank\": [01], \"status\": \"pass\"" "$OUT/gpu-check-logs/torch_cuda.log")" -eq 2 ] ||
+  [ "$(grep -o "\"check\": \"$check\", \"rank\": [01], \"status\": \"pass\"" "$OUT/gpu-check-logs/torch_cuda.log" | wc -l)" -eq 2 ] ||
     { echo "FAIL: check $check did not pass on both ranks"; exit 1; }
 done
 grep -q "images/s per worker" "$OUT/gpu-check-logs/synthetic.log" || { echo "FAIL: no benchmark ratio"; exit 1; }

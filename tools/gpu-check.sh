@@ -7,7 +7,7 @@
 #
 #   1. here, on the build machine (no GPU needed):
 #        tools/gpu-check.sh pack [BUILD_DIR]
-#      builds BUILD_DIR (default build/ci: libsmb with CUDA and NCCL, which
+#      builds BUILD_DIR (default build/ci: libsmb-engine with CUDA and NCCL, which
 #      configure finds under /usr/local/cuda) and packs what the GPU machine
 #      needs into .gpu-check/ (git-ignored, about 20 MB): smbd, the GPU test
 #      binary, libsmb and the libraries it needs that a CUDA image lacks
@@ -71,22 +71,23 @@ pack() {
   [ -f "$build/CMakeCache.txt" ] || die "$build is not configured (cmake --preset ci)"
   grep -q '^SMB_WITH_CUDA:BOOL=ON' "$build/CMakeCache.txt" ||
     die "$build was configured without CUDA (SMB_WITH_CUDA is not ON): the check would find nothing to run"
-  cmake --build "$build" --target smbd smb smb_gpu_tests smb_python smb_torch >/dev/null || die "the build failed"
+  cmake --build "$build" --target smbd smb smb_engine smb_gpu_tests smb_python smb_torch >/dev/null || die "the build failed"
   rm -rf "$PACK"
   mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/include/smb" "$PACK/include/dlpack" "$PACK/python"
   cp "$build/smb-server/smbd" "$build/tests/smb_gpu_tests" "$PACK/bin/"
   cp "$build/tools/smbrun/smbrun" "$PACK/bin/"
   cp "$(command -v ucx_perftest)" "$PACK/bin/" || die "ucx_perftest is missing (apt-get install ucx-utils)"
-  cp -L "$build/smb-client/libsmb.so.0" "$PACK/lib/"
+  cp -L "$build/smb-client/libsmb.so.0" "$build/smb-engine/libsmb-engine.so.0" "$PACK/lib/"
   ln -s libsmb.so.0 "$PACK/lib/libsmb.so"
   # What libsmb, smbd and the tests load, less what the machine provides.
   local lib
-  for lib in $(ldd "$PACK/bin/smbd" "$PACK/bin/smb_gpu_tests" "$PACK/bin/ucx_perftest" "$PACK/lib/libsmb.so.0" |
+  for lib in $(ldd "$PACK/bin/smbd" "$PACK/bin/smb_gpu_tests" "$PACK/bin/ucx_perftest" "$PACK/lib/libsmb.so.0" \
+    "$PACK/lib/libsmb-engine.so.0" |
     awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
-    case "$(basename "$lib")" in libsmb.so*) continue ;; esac
+    case "$(basename "$lib")" in libsmb.so* | libsmb-engine.so*) continue ;; esac
     system_lib "$(basename "$lib")" || cp -L "$lib" "$PACK/lib/"
   done
-  strip --strip-debug "$PACK/bin/smbd" "$PACK/bin/smb_gpu_tests" "$PACK/lib/libsmb.so.0"
+  strip --strip-debug "$PACK/bin/smbd" "$PACK/bin/smb_gpu_tests" "$PACK/lib/libsmb.so.0" "$PACK/lib/libsmb-engine.so.0"
   # UCX loads its transports (libuct_*.so.0) from <libucs's directory>/ucx.
   local ucx_modules module
   ucx_modules="$(dirname "$(ldd "$PACK/lib/libsmb.so.0" | awk '$1 ~ /^libucs/ {print $3}')")/ucx"
@@ -159,6 +160,7 @@ library_path() {
   done
   [ -d "$PACK/lib/ucx" ] && ln -s "$PACK/lib/ucx" "$use/ucx"
   ln -sf "$PACK/lib/libsmb.so.0" "$use/libsmb.so.0"
+  ln -sf "$PACK/lib/libsmb-engine.so.0" "$use/libsmb-engine.so.0"
   local dirs="$use"
   local d
   for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && dirs="$dirs:$d"; done
@@ -194,7 +196,7 @@ build_python_module() {
   local p ok=0
   for p in "${pids[@]}"; do wait "$p" || ok=1; done
   [ $ok -eq 0 ] || return 1
-  c++ -shared "${objs[@]}" -L"$PACK/lib" -l:libsmb.so.0 -Wl,-rpath,"$PACK/use" \
+  c++ -shared "${objs[@]}" -L"$PACK/lib" -l:libsmb-engine.so.0 -l:libsmb.so.0 -Wl,-rpath,"$PACK/use" \
     -o "$PACK/python/smb/_core$suffix" && echo "built $PACK/python/smb/_core$suffix"
 }
 
@@ -268,7 +270,8 @@ run() {
   fi
   say "## The machine"
   { echo '```'; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | head -5
-    echo "kernel.yama.ptrace_scope: $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo absent) (not 0: UCX has no CMA between processes)"
+    scope="$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo absent)"
+    echo "kernel.yama.ptrace_scope: $scope$(case "$scope" in 0 | absent) ;; *) echo " (UCX may have no CMA between processes)" ;; esac)"
     "$PYTHON" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)' 2>&1
     echo '```'; } >>"$REPORT"
   export LD_LIBRARY_PATH
@@ -279,7 +282,7 @@ run() {
   say ""
   say "## Checks"
   step libraries 30 bash -c "! ldd '$PACK/bin/smb_gpu_tests' '$PACK/bin/smbd' | grep -B1 'not found'" &&
-    { ldd "$PACK/lib/libsmb.so.0" | grep -E 'nccl|cudart|ucp' >>"$LOGS/libraries.log"; }
+    { ldd "$PACK/lib/libsmb-engine.so.0" | grep -E 'nccl|cudart|ucp' >>"$LOGS/libraries.log"; }
   step gpu_tests 90 "$PACK/bin/smb_gpu_tests" --gtest_color=no
   if SMB_GPU_CHECK_STEPS="${SMB_GPU_CHECK_STEPS:+$SMB_GPU_CHECK_STEPS python_module}" \
     step python_module 150 bash -c build_python_module; then

@@ -170,6 +170,9 @@ struct CheckpointInfo {
 /// without changing anything; throws Errc::invalid_argument naming the file
 /// and the damage.
 CheckpointInfo read_checkpoint(const std::string& path);
+/// The same, and the file's data into `out`, which must be exactly its size
+/// (CheckpointInfo::size): a model restored without any server.
+CheckpointInfo read_checkpoint(const std::string& path, std::span<std::byte> out);
 
 /// An asynchronous operation. Move-only; completes once.
 class Request {

@@ -80,7 +80,7 @@ struct EngineConfig {
 };
 
 namespace detail {
-class EngineCore;  ///< smb-client/engine_core.hpp
+class EngineCore;  ///< smb-engine/engine_core.hpp
 }
 
 class UpdateEngine {

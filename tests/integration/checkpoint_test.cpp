@@ -76,6 +76,19 @@ TEST_P(CheckpointTest, SavedBufferLoadsBackOntoOtherServers) {
   EXPECT_EQ(read_back.checksum, saved.checksum);
   EXPECT_EQ(read_back.version, saved.version);
 
+  // Its data, without any server (how the update engine resumes); a
+  // destination of another size is refused, naming both sizes.
+  ByteVec data(size);
+  EXPECT_EQ(smb::read_checkpoint(file("model.ckpt"), std::as_writable_bytes(std::span(data))).checksum, saved.checksum);
+  EXPECT_TRUE(same_bytes(pattern_bytes(0, size, 0x21), data));
+  ByteVec short_by_one(size - 1);
+  const std::string refused = expect_errc(
+      smb::Errc::invalid_argument,
+      [&] { smb::read_checkpoint(file("model.ckpt"), std::as_writable_bytes(std::span(short_by_one))); },
+      "a checkpoint read into a destination one byte short");
+  EXPECT_TRUE(mentions(refused, std::to_string(size) + " bytes")) << refused;
+  EXPECT_TRUE(mentions(refused, "takes " + std::to_string(size - 1))) << refused;
+
   // Onto one server with another stripe unit, and as saved.
   auto onto_one = client.load(file("model.ckpt"), "model-on-one", striped(4096, {server(server_count() - 1).address()}));
   EXPECT_EQ(onto_one.layout().servers.size(), 1u);

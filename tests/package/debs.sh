@@ -5,7 +5,8 @@
 # scratch root (dpkg-deb -x: no dpkg database or root needed) and use what
 # is there: smbd checks its shipped config, smbctl runs from the root's
 # /usr/bin, a C program builds with `pkg-config --cflags --libs smb`, a C++
-# and a C program with find_package(smb), and Python imports smb.
+# and a C program with find_package(smb) and one with smb::engine, and
+# Python imports smb.
 # $1: the source tree, $2: tests/package.
 set -euo pipefail
 src=$1 here=$2
@@ -42,6 +43,8 @@ for file in usr/bin/smbd usr/bin/smbctl usr/bin/smb-bench usr/bin/smbrun etc/smb
             usr/lib/systemd/system/smbd.service usr/lib/systemd/system/smbd@.service usr/lib/sysusers.d/smbd.conf \
             usr/lib/systemd/system/smb-repair.service \
             "usr/lib/$multiarch/libsmb.so.0" "usr/lib/$multiarch/libsmb.so" "usr/lib/$multiarch/pkgconfig/smb.pc" \
+            "usr/lib/$multiarch/libsmb-engine.so.0" "usr/lib/$multiarch/libsmb-engine.so" \
+            "usr/lib/$multiarch/pkgconfig/smb-engine.pc" \
             "usr/lib/$multiarch/cmake/smb/smbConfig.cmake" usr/include/smb/smb.h usr/lib/python3/dist-packages/smb/__init__.py; do
   [[ -e $root/$file ]] || fail "not in the packages: /$file"
 done
@@ -61,6 +64,7 @@ cmake -S "$here/consumer" -B "$scratch/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$
 cmake --build "$scratch/consumer" >/dev/null || fail "building with find_package(smb)"
 "$scratch/consumer/consumer_cpp"
 "$scratch/consumer/consumer_c"
+"$scratch/consumer/consumer_engine"
 PYTHONPATH=$root/usr/lib/python3/dist-packages /usr/bin/python3 -c \
   "import smb, sys; assert smb.__file__.startswith('$root'), smb.__file__; print('python3-smb: import smb from', smb.__file__)"
 echo "packages: $(cd "$build" && ls ./*.deb | tr '\n' ' ')"

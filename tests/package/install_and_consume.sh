@@ -28,8 +28,25 @@ if grep -rnE "$private" "$scratch/prefix/lib/cmake/smb/" | grep -vE ':[0-9]+:\s*
   echo "the exported package (above) needs a private dependency of libsmb"
   exit 1
 fi
+# The layers: libsmb (the fabric's client) holds no engine and links no CUDA
+# or NCCL; libsmb-engine holds the engine.
+libdir=$(dirname "$(find "$scratch/prefix" -name 'libsmb.so.0' | head -1)")
+if nm -DC --defined-only "$libdir/libsmb.so.0" | grep -E 'UpdateEngine|EngineCore|smb::gpu::'; then
+  echo "libsmb.so exports the engine's symbols (above): they belong to libsmb-engine"
+  exit 1
+fi
+if readelf -d "$libdir/libsmb.so.0" | grep -E 'NEEDED.*(cuda|nccl)'; then
+  echo "libsmb.so links CUDA or NCCL (above): only libsmb-engine may"
+  exit 1
+fi
+engine_symbols=$(nm -DC --defined-only "$libdir/libsmb-engine.so.0")
+[[ $engine_symbols == *'smb::UpdateEngine::after_step'* ]] ||
+  { echo "libsmb-engine.so.0 does not export smb::UpdateEngine"; exit 1; }
+[[ "$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --libs smb-engine)" == *-lsmb-engine*-lsmb* ]] ||
+  { echo "pkg-config smb-engine: $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --libs smb-engine 2>&1)"; exit 1; }
 cmake -S "$here/consumer" -B "$scratch/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$scratch/prefix" \
   -DCMAKE_BUILD_TYPE=Release >"$scratch/configure.log" || { cat "$scratch/configure.log"; exit 1; }
 cmake --build "$scratch/consumer" || exit 1
 "$scratch/consumer/consumer_cpp"
 "$scratch/consumer/consumer_c"
+"$scratch/consumer/consumer_engine"

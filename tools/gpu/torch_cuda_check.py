@@ -29,7 +29,10 @@ results = []
 def report(check, status, detail=""):
     line = {"check": check, "rank": hvd.rank(), "status": status, "detail": detail}
     results.append(line)
-    print(json.dumps(line), flush=True)
+    # One write per line: print() writes the text and its newline apart,
+    # and the ranks share smbrun's output.
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
 
 
 def run(check, fn):

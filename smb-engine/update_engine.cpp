@@ -15,8 +15,6 @@
 // GPU groups (cuda_device >= 0) replace the group's slots with NCCL
 // (gpu/gpu_group.hpp); the root exchanges through a host copy of W.
 #include "engine_core.hpp"
-#include "checkpoint_file.hpp"
-#include "util/parse.hpp"
 
 #include "gpu/gpu_group.hpp"
 
@@ -215,14 +213,13 @@ void EngineCore::broadcast_in_group(std::span<float> params) {
 
 // The global weights of a checkpoint (save_checkpoint) as the starting point.
 void EngineCore::resume_into(std::span<float> host) {
-  checkpoint::FileReader in(config_.resume_from);  // verified whole first
-  if (in.info().size != bytes_)
+  const CheckpointInfo info = read_checkpoint(config_.resume_from);  // verified whole first
+  if (info.size != bytes_)
     throw Error(Errc::invalid_argument,
-                "resume from " + util::quoted(config_.resume_from) + ": the checkpoint holds " +
-                    std::to_string(in.info().size) + " bytes (buffer '" + in.info().name + "'), the engine's " +
-                    std::to_string(config_.parameters) + " parameters take " + std::to_string(bytes_));
-  in.read(std::as_writable_bytes(host));
-  in.finish();
+                "resume from '" + config_.resume_from + "': the checkpoint holds " + std::to_string(info.size) +
+                    " bytes (buffer '" + info.name + "'), the engine's " + std::to_string(config_.parameters) +
+                    " parameters take " + std::to_string(bytes_));
+  read_checkpoint(config_.resume_from, std::as_writable_bytes(host));
 }
 
 CheckpointInfo EngineCore::save_checkpoint(const std::string& path) {
