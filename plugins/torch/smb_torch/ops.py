@@ -55,9 +55,9 @@ def _back_to(tensor, out):
 
 def _readable_into(tensor):
     """Whether an in-place result can be reduced in the tensor's own memory
-    (a contiguous tensor: on the CPU with no copy at all, on a GPU through
-    one staging copy each way), with no result tensor."""
-    return tensor.is_contiguous()
+    (a contiguous tensor: on the CPU with no copy at all, on a CUDA device
+    through one staging copy each way), with no result tensor."""
+    return tensor.is_contiguous() and tensor.device.type in ("cpu", "cuda")
 
 
 def _storage_at(t):
@@ -95,13 +95,13 @@ def _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_fact
         if in_place and _readable_into(tensor):
             collectives.allreduce_(group, full, tensor.data, *args)
             return tensor
-        if tensor.device.type != "cpu":  # a result of its own on the device, reduced there in place
+        if tensor.device.type == "cuda":  # a result of its own on the device, reduced there in place
             result = tensor.detach().clone(memory_format=torch.contiguous_format)
             collectives.allreduce_(group, full, result, *args)
         else:
             result = collectives.allreduce(group, full, tensor, *args)
         if not in_place:
-            return result
+            return _back_to(tensor, result)
         tensor.data.copy_(result)
         return tensor
 
@@ -174,14 +174,16 @@ def _grouped_work(tensors, op, pre, post, in_place):
                 for i in positions:
                     results[i] = tensors[i]
                 continue
-            on_device = group_of[0].device.type != "cpu"
+            on_device = group_of[0].device.type == "cuda"
             numel = sum(t.numel() for t in group_of)
             # Fused on the device (its allocator keeps the memory), else in a
             # buffer of the pool; reduced in place either way.
             fused = (contextlib.nullcontext(torch.empty(numel, dtype=dtype, device=group_of[0].device)) if on_device
                      else collectives.fusion_buffer(dtype, numel))
             with fused as flat:
-                torch.cat([t.detach().reshape(-1) for t in group_of], out=flat)
+                # (to_host: a CPU tensor itself, another device's a copy)
+                torch.cat([(t.detach() if on_device else collectives.to_host(t)).reshape(-1) for t in group_of],
+                          out=flat)
                 collectives.allreduce_(group, part_name, flat, *args)
                 at = 0
                 for i in positions:
@@ -192,7 +194,7 @@ def _grouped_work(tensors, op, pre, post, in_place):
                         tensors[i].data.copy_(part)
                         results[i] = tensors[i]
                     else:  # a buffer of the pool goes back: each result then a tensor of its own
-                        results[i] = part if on_device else part.clone()
+                        results[i] = part if on_device else _back_to(tensors[i], part.clone())
         return results
 
     return work
