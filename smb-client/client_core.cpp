@@ -476,6 +476,11 @@ void ClientCore::stat_of(const std::string& s, ServerStatus& st) {
                                      protocol::get_u64(a, "transport_bytes_written", "stat"),
                                      protocol::get_u64(a, "transport_bytes_read", "stat")};
       }
+      if (r.contains("waiting")) {  // servers before 0.1.0 of 2026-11-27 do not say
+        const auto& w = r.at("waiting");
+        st.waiting = ServerWaits{protocol::get_u64(w, "versions", "stat"), protocol::get_u64(w, "barrier_parties", "stat"),
+                                 protocol::get_u64(w, "locks", "stat")};
+      }
       first = false;
     }
     for (const auto& b : r.value("buffers", Body::array()))

@@ -39,6 +39,13 @@ void Barriers::arrive(SessionId session, const std::string& name, std::uint64_t 
   reply({});
 }
 
+std::uint64_t Barriers::parties_waiting() {
+  std::lock_guard lock(mutex_);
+  std::uint64_t n = 0;
+  for (const auto& [name, b] : barriers_) n += b.arrived.size();
+  return n;
+}
+
 void Barriers::answer(Arrival& arrival, protocol::FixedReply answer) {
   if (!arrival.reply_on_io) return arrival.reply(std::move(answer));
   boost::asio::post(io_, [reply = std::move(arrival.reply), answer = std::move(answer)] { reply(answer); });

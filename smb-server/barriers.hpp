@@ -39,6 +39,9 @@ class Barriers {
   // The session's arrivals break their barriers (io thread).
   void session_closed(SessionId session);
 
+  // Parties that arrived and wait for the others (for stat's `waiting`).
+  std::uint64_t parties_waiting();
+
  private:
   using Clock = DeadlineTimer::Clock;
   struct Arrival {

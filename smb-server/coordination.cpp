@@ -127,6 +127,12 @@ void Coordination::lock(SessionId session, const Body& request, const ReplyFn& r
   set_waiting(session, name, id);
 }
 
+std::uint64_t Coordination::lock_waiters() const {
+  std::uint64_t n = 0;
+  for (const auto& [name, lock] : locks_) n += lock.waiters.size();
+  return n;
+}
+
 void Coordination::grant_waiters(const std::string& name) {
   auto found = locks_.find(name);
   if (found == locks_.end()) return;

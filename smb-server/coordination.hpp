@@ -42,6 +42,9 @@ class Coordination {
 
   void session_closed(SessionId session);
 
+  // Lock requests queued behind holders (io thread; for stat's `waiting`).
+  std::uint64_t lock_waiters() const;
+
  private:
   using TimerPtr = std::shared_ptr<boost::asio::steady_timer>;
 

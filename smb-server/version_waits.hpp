@@ -43,6 +43,8 @@ class VersionWaits {
   // version and an op advances the version before it asks (both sequentially
   // consistent), so an op that sees false has no waiter to wake.
   bool pending() const { return count_.load() != 0; }
+  // How many waits are pending (for stat's `waiting`).
+  std::uint64_t waiting() const { return count_.load(); }
 
   // The session's waits end without a reply (io thread).
   void session_closed(SessionId session);

@@ -121,6 +121,13 @@ struct ServerActivity {
   std::uint64_t transport_bytes_read = 0;     ///< read through its CPU
 };
 
+/// What waits on a server now (stat's `waiting`): answers it owes.
+struct ServerWaits {
+  std::uint64_t versions = 0;         ///< Buffer::wait_version calls not yet answered
+  std::uint64_t barrier_parties = 0;  ///< parties at a barrier, waiting for the others
+  std::uint64_t locks = 0;            ///< lock requests queued behind holders
+};
+
 struct ServerStatus {
   std::string address;
   /// false: the server could not be reached (error says why) and the
@@ -136,6 +143,7 @@ struct ServerStatus {
   std::uint32_t clients = 0;
   std::vector<BufferSummary> buffers;
   ServerActivity activity;
+  ServerWaits waiting;
 };
 
 /// What Client::repair did to one buffer.

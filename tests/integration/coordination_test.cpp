@@ -5,6 +5,7 @@
 #include "expect_error.hpp"
 #include "fabric.hpp"
 #include "party.hpp"
+#include "server_waits.hpp"
 
 #include <smb/client.hpp>
 
@@ -29,9 +30,9 @@ TEST_P(CoordinationTest, VersionWaitIsWokenByAnotherClientsOp) {
   auto buffer = waiter_client.create("versioned", 4096);
   const auto start = buffer.version();
   auto woken = std::async(std::launch::async, [&] { return buffer.wait_version(start + 1, 10s); });
-  std::this_thread::sleep_for(100ms);
-  ASSERT_EQ(woken.wait_for(0s), std::future_status::timeout) << "returned before any update";
   auto other = make_client();
+  ASSERT_TRUE(waits_reach(other, [](const smb::ServerWaits& w) { return w.versions >= 1; }));
+  ASSERT_EQ(woken.wait_for(0s), std::future_status::timeout) << "returned before any update";
   other.open("versioned").apply(smb::VectorOp::scale, smb::DType::f32, 0, 1024, 2.0);
   EXPECT_GE(woken.get(), start + 1);
   EXPECT_EQ(buffer.version(), start + 1);
@@ -50,7 +51,7 @@ TEST_P(CoordinationTest, VersionWaitsTimeOutInDeadlineOrderAndOneOpWakesThemAll)
   std::vector<std::future<std::uint64_t>> long_waits;
   for (auto& c : clients)
     long_waits.push_back(std::async(std::launch::async, [&c, start] { return c.open("waited").wait_version(start + 1, 20s); }));
-  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(waits_reach(owner, [](const smb::ServerWaits& w) { return w.versions >= 3; }));
   const auto began = Clock::now();
   expect_errc(smb::Errc::timeout, [&] { buffer.wait_version(start + 1, 300ms); }, "a short wait behind long ones");
   EXPECT_LT(Clock::now() - began, 5s) << "the short wait was held to a longer wait's deadline";
@@ -129,7 +130,8 @@ TEST_P(CoordinationTest, WaitsDoNotHoldUpTheClientsOtherRequests) {
   auto held = client.lock("busy-lock");
   auto at_barrier = std::async(std::launch::async, [&] { client.barrier("meet", 2, 20s); });
   auto for_lock = std::async(std::launch::async, [&] { return client.lock("busy-lock"); });
-  std::this_thread::sleep_for(200ms);
+  auto observer = make_client();
+  ASSERT_TRUE(waits_reach(observer, [](const smb::ServerWaits& w) { return w.barrier_parties >= 1 && w.locks >= 1; }));
   ASSERT_EQ(at_barrier.wait_for(0s), std::future_status::timeout);
   ASSERT_EQ(for_lock.wait_for(0s), std::future_status::timeout);
   const auto begin = Clock::now();
@@ -151,12 +153,39 @@ TEST_P(CoordinationTest, BarrierWithAKilledParticipantIsAnErrorNotAHang) {
   Party participant(server_list(), {"barrier", "doomed", "3"});
   auto client = make_client();
   auto mine = std::async(std::launch::async, [&] { client.barrier("doomed", 3, 30s); });
-  // The party says ready just before its barrier call: give it ample time to
-  // arrive (slow under ASan or emulation); the third party never will.
-  std::this_thread::sleep_for(1500ms);
+  // Both have arrived (the third party never will) before the party dies.
+  ASSERT_TRUE(waits_reach(client, [](const smb::ServerWaits& w) { return w.barrier_parties >= 2; }));
   participant.kill();
   ASSERT_EQ(mine.wait_for(10s), std::future_status::ready) << "the barrier hung after a participant died";
   expect_errc(smb::Errc::server_gone, [&] { mine.get(); }, "barrier with a dead participant");
+}
+
+// stat's `waiting` counts what each server owes an answer: a version wait,
+// barrier parties, a queued lock request; each leaves the count when it is
+// answered (what the tests above wait for instead of sleeping).
+TEST_P(CoordinationTest, StatCountsWhatWaitsUntilItIsAnswered) {
+  auto client = make_client();
+  auto observer = make_client();
+  EXPECT_TRUE(waits_reach(observer, [](const smb::ServerWaits& w) {
+    return w.versions == 0 && w.barrier_parties == 0 && w.locks == 0;
+  })) << "a fresh fabric owes nothing";
+  auto buffer = client.create("counted", 4096);
+  auto held = client.lock("counted-lock");
+  auto version = std::async(std::launch::async, [&] { return buffer.wait_version(buffer.version() + 1, 20s); });
+  auto party = std::async(std::launch::async, [&] { client.barrier("counted-barrier", 2, 20s); });
+  auto queued = std::async(std::launch::async, [&] { return client.lock("counted-lock"); });
+  ASSERT_TRUE(waits_reach(observer, [](const smb::ServerWaits& w) {
+    return w.versions == 1 && w.barrier_parties == 1 && w.locks == 1;
+  }));
+  buffer.apply(smb::VectorOp::scale, smb::DType::f32, 0, 1024, 1.0);
+  observer.barrier("counted-barrier", 2, 20s);
+  held.unlock();
+  EXPECT_GE(version.get(), 1u);
+  party.get();
+  EXPECT_TRUE(queued.get().held());
+  EXPECT_TRUE(waits_reach(observer, [](const smb::ServerWaits& w) {
+    return w.versions == 0 && w.barrier_parties == 0 && w.locks == 0;
+  })) << "answered waits must leave the count";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fabrics, CoordinationTest, testing::ValuesIn(all_fabrics()), fabric_name);

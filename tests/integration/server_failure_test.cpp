@@ -4,6 +4,7 @@
 #include "data.hpp"
 #include "expect_error.hpp"
 #include "fabric.hpp"
+#include "server_waits.hpp"
 
 #include <smb/client.hpp>
 
@@ -87,7 +88,7 @@ TEST_P(ServerFailureTest, AServerKilledMidCallFailsTheCallWithinASecond) {
       outcome = std::string(smb::errc_name(e.code())) + ": " + e.what();
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the call is at the server now
+  ASSERT_TRUE(waits_reach(client, [](const smb::ServerWaits& w) { return w.versions >= 1; }));  // at the server now
   const auto killed_at = Clock::now();
   server(victim).kill();
   waiter.join();

@@ -28,6 +28,10 @@ nlohmann::json to_json(const ServerStatus& s) {
           {"largest_free", s.largest_free},
           {"huge_pages", s.huge_pages},
           {"clients", s.clients},
+          {"waiting",
+           {{"versions", s.waiting.versions},
+            {"barrier_parties", s.waiting.barrier_parties},
+            {"locks", s.waiting.locks}}},
           {"buffers", std::move(buffers)}};
 }
 

@@ -369,6 +369,10 @@ void bind_records(py::module_& m) {
       .def_readonly("vector_bytes", &ServerActivity::vector_bytes)
       .def_readonly("transport_bytes_written", &ServerActivity::transport_bytes_written)
       .def_readonly("transport_bytes_read", &ServerActivity::transport_bytes_read);
+  py::class_<ServerWaits>(m, "ServerWaits")
+      .def_readonly("versions", &ServerWaits::versions)
+      .def_readonly("barrier_parties", &ServerWaits::barrier_parties)
+      .def_readonly("locks", &ServerWaits::locks);
   py::class_<ServerStatus>(m, "ServerStatus")
       .def_readonly("address", &ServerStatus::address)
       .def_readonly("reachable", &ServerStatus::reachable)
@@ -381,7 +385,8 @@ void bind_records(py::module_& m) {
       .def_readonly("huge_pages", &ServerStatus::huge_pages)
       .def_readonly("clients", &ServerStatus::clients)
       .def_readonly("buffers", &ServerStatus::buffers)
-      .def_readonly("activity", &ServerStatus::activity);
+      .def_readonly("activity", &ServerStatus::activity)
+      .def_readonly("waiting", &ServerStatus::waiting);
 }
 
 }  // namespace

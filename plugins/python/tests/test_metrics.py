@@ -105,6 +105,8 @@ class MetricsTest(unittest.TestCase):
         self.assertGreaterEqual(activity.vector_bytes, rounds * n * 4 + 16 * 8)
         self.assertGreaterEqual(activity.errors, 1)
         self.assertGreaterEqual(activity.requests, activity.vector_ops)
+        waiting = self.client.status()[0].waiting  # nothing waits on it now
+        self.assertEqual((waiting.versions, waiting.barrier_parties, waiting.locks), (0, 0, 0))
         # Over TCP the whole write and read went through smbd's transport
         # (its totals are sampled once a second).
         def transport_moved(s):
