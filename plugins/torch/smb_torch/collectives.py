@@ -38,10 +38,10 @@ def to_host(tensor):
 class _BufferPool:
     """Host buffers kept from one collective to the next, as Horovod keeps
     its fusion buffer. A fresh buffer of tens of MB is fresh pages from the
-    kernel every time (glibc maps allocations over 32 MB anew), and faulting
-    them in cost more than the exchange itself: 114 ms against 27 ms in place
-    for resnet18's 45 MB of gradients (tools/gpu/cuda_exchange_profile.py,
-    on CPU). Page-locked where a GPU is (pinned=True), so that a CUDA tensor
+    kernel every time (glibc maps allocations over 32 MB anew): gathering
+    resnet18's 45 MB of gradients that way took 62-74 ms against 29-41 ms
+    with a kept buffer (the exchange in place: 21-25 ms; docs/benchmarks.md,
+    "On a GPU"). Page-locked where a GPU is (pinned=True), so that a CUDA tensor
     crosses at the bus's speed in one copy each way. A buffer is lent to one
     collective at a time; the pool keeps the `keep` most recently returned."""
 
