@@ -8,10 +8,10 @@ namespace {
 constexpr std::uint64_t kMaxParties = 1'000'000;
 }
 
-Barriers::Barriers(boost::asio::io_context& io) : io_(io), timer_(io, [this] { expire(); }) {}
+Barriers::Barriers(boost::asio::io_context& io) : timer_(io, [this] { expire(); }) {}
 
 void Barriers::arrive(SessionId session, const std::string& name, std::uint64_t parties,
-                      std::chrono::milliseconds timeout, const VersionReplyFn& reply, bool reply_on_io) {
+                      std::chrono::milliseconds timeout, const VersionReplyFn& reply) {
   if (parties == 0 || parties > kMaxParties)
     throw Error(Errc::invalid_argument, "barrier " + util::quoted(name) + ": parties must be 1 to " +
                                             std::to_string(kMaxParties));
@@ -28,14 +28,14 @@ void Barriers::arrive(SessionId session, const std::string& name, std::uint64_t 
     }
     if (b.arrived.size() + 1 < parties) {
       const auto deadline = Clock::now() + timeout;
-      b.arrived.push_back(Arrival{session, deadline, reply, reply_on_io});
+      b.arrived.push_back(Arrival{session, deadline, reply});
       timer_.arm(deadline);
       return;
     }
     met = std::move(b.arrived);
     barriers_.erase(name);
   }
-  for (auto& a : met) answer(a, {});
+  for (auto& a : met) a.reply({});
   reply({});
 }
 
@@ -44,11 +44,6 @@ std::uint64_t Barriers::parties_waiting() {
   std::uint64_t n = 0;
   for (const auto& [name, b] : barriers_) n += b.arrived.size();
   return n;
-}
-
-void Barriers::answer(Arrival& arrival, protocol::FixedReply answer) {
-  if (!arrival.reply_on_io) return arrival.reply(std::move(answer));
-  boost::asio::post(io_, [reply = std::move(arrival.reply), answer = std::move(answer)] { reply(answer); });
 }
 
 void Barriers::session_closed(SessionId session) {
@@ -68,7 +63,7 @@ void Barriers::session_closed(SessionId session) {
     }
   }
   for (auto& [name, a] : broken)
-    answer(a, {Errc::server_gone, 0, "barrier " + util::quoted(name) + ": a participant disconnected before it completed"});
+    a.reply({Errc::server_gone, 0, "barrier " + util::quoted(name) + ": a participant disconnected before it completed"});
 }
 
 void Barriers::expire() {
@@ -93,7 +88,7 @@ void Barriers::expire() {
     if (next) timer_.arm(*next);
   }
   for (auto& [name, a] : late)
-    answer(a, {Errc::timeout, 0, "barrier " + util::quoted(name) + ": not every party arrived in time"});
+    a.reply({Errc::timeout, 0, "barrier " + util::quoted(name) + ": not every party arrived in time"});
 }
 
 }  // namespace smb::server

@@ -30,11 +30,11 @@ class Barriers {
 
   // `session` arrives at barrier `name` of `parties`. Every party is answered
   // when the last arrives; this one alone with Errc::timeout after `timeout`;
-  // all with Errc::server_gone when a party's session closes first. With
-  // `reply_on_io` (a session's request) the reply is sent on the io thread,
-  // else from any thread. Any thread; throws smb::Error for a wrong request.
+  // all with Errc::server_gone when a party's session closes first. The
+  // reply may come from any thread. Any thread; throws smb::Error for a wrong
+  // request.
   void arrive(SessionId session, const std::string& name, std::uint64_t parties, std::chrono::milliseconds timeout,
-              const VersionReplyFn& reply, bool reply_on_io);
+              const VersionReplyFn& reply);
 
   // The session's arrivals break their barriers (io thread).
   void session_closed(SessionId session);
@@ -48,17 +48,14 @@ class Barriers {
     SessionId session;
     Clock::time_point deadline;
     VersionReplyFn reply;
-    bool reply_on_io;
   };
   struct Barrier {
     std::uint64_t parties = 0;
     std::vector<Arrival> arrived;
   };
 
-  void answer(Arrival& arrival, protocol::FixedReply answer);
   void expire();  // io thread: the earliest deadline passed
 
-  boost::asio::io_context& io_;
   std::mutex mutex_;
   std::unordered_map<std::string, Barrier> barriers_;
   DeadlineTimer timer_;

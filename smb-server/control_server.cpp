@@ -134,22 +134,13 @@ void ControlServer::shutdown() {
 }
 
 void ControlServer::serve(SessionId session, std::uint16_t type, std::span<const std::uint8_t> body,
-                          transport::Bytes payload, ReplyFn reply) {
+                          ReplyFn reply) {
   reply = reply_once(metrics_.timed(type, std::move(reply)));
   guarded(type, reply, [&] {
     const Route& route = route_for(type, kControl);
-    dispatch(route, Request{session, type, kControl, protocol::decode_body(body), std::move(payload)}, reply, true);
+    Request request{session, type, protocol::decode_body(body)};
+    route.handler(services_, request, reply);
   });
-}
-
-void ControlServer::dispatch(const Route& route, Request request, ReplyFn reply, bool on_io_thread) {
-  auto run = [this, &route, request = std::move(request), reply]() mutable {
-    guarded(request.type, reply, [&] { route.handler(services_, request, reply); });
-  };
-  if (route.runs_on == RunsOn::arrival || on_io_thread)
-    run();
-  else
-    asio::post(io_, std::move(run));
 }
 
 }  // namespace smb::server

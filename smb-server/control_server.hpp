@@ -1,7 +1,7 @@
 #pragma once
 // The control plane: a Boost.Asio TCP server, one ControlSession per client
-// connection, one request at a time per session. Every request, from a
-// session or from a data-path call, goes through serve(), which answers
+// connection, one request at a time per session. Every request goes through
+// serve() (a session's) or serve_call() (a data-path call's), which answer
 // exactly once whatever the request holds.
 #include "channel_tickets.hpp"
 #include "coordination.hpp"
@@ -31,13 +31,13 @@ class ControlServer {
   // Closes the listener and every session.
   void shutdown();
   // A call that came over the data path (transport.hpp): vector ops, version
-  // reads and waits. Runs on the transport's thread; answers through `respond`.
+  // reads and waits, barriers, a replicated buffer's atomics. Runs on the
+  // transport's thread; answers through `respond`.
   void serve_call(transport::Bytes frame, transport::Bytes payload, transport::Respond respond);
 
   // For sessions (io thread). Serves one request; `reply` is called exactly
   // once, on the io thread, with an ok or error reply. Never throws.
-  void serve(SessionId session, std::uint16_t type, std::span<const std::uint8_t> body, transport::Bytes payload,
-             ReplyFn reply);
+  void serve(SessionId session, std::uint16_t type, std::span<const std::uint8_t> body, ReplyFn reply);
   void session_ended(const std::shared_ptr<ControlSession>& session);
   const ConnectionLimits& limits() const { return limits_; }
   // The tickets binding each session's data channels to it (a greeted
@@ -56,11 +56,8 @@ class ControlServer {
   void accept();
   void accept_failed(const boost::system::error_code& ec);
   void sample_metrics();
-  // Runs the request's handler where its route says (message_routes.hpp).
-  // `on_io_thread`: the caller runs on the io thread (sessions) or not (calls).
-  void dispatch(const Route& route, Request request, ReplyFn reply, bool on_io_thread);
-  // A vector_call, version_call or barrier_call (fixed binary bodies,
-  // data_path_calls.cpp).
+  // A vector_call, version_call, barrier_call or atomic_call (fixed binary
+  // bodies, data_path_calls.cpp).
   void serve_fixed_call(const protocol::Header& header, std::span<const std::uint8_t> body, transport::Bytes payload,
                          transport::Respond respond);
 

@@ -125,7 +125,7 @@ void ControlSession::frame_complete() {
   if (!challenge_.empty()) return check_proof();  // read_header let nothing but auth through
   if (!greeted_ && request_.type == kHello) return greet(body_);
   deferred_ = true;
-  server_.serve(id_, request_.type, body_, {}, [self = shared_from_this()](protocol::Body reply) {
+  server_.serve(id_, request_.type, body_, [self = shared_from_this()](protocol::Body reply) {
     if (!self->ended_) self->send(reply);
   });
   body_ = {};  // serve() decoded it; a large body's memory goes back now
@@ -133,7 +133,7 @@ void ControlSession::frame_complete() {
 }
 
 void ControlSession::greet(std::span<const std::uint8_t> hello) {
-  server_.serve(id_, kHello, hello, {}, [self = shared_from_this()](protocol::Body reply) {
+  server_.serve(id_, kHello, hello, [self = shared_from_this()](protocol::Body reply) {
     if (self->ended_) return;
     if (protocol::is_ok(reply)) {
       self->greeted_ = true;

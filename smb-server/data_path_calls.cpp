@@ -9,8 +9,9 @@
 // (protocol/fixed_calls.hpp).
 //
 // Calls have no session: nothing they start outlives them except a version
-// wait, which ends at its timeout if its client goes. Which messages may come
-// as calls is the routing table's business (message_routes.cpp).
+// wait, which ends at its timeout if its client goes. Which messages come as
+// calls is the schema's business (protocol/message_schema.hpp), and the
+// routing table refuses the others (message_routes.cpp).
 #include "control_server.hpp"
 
 #include "protocol/fixed_calls.hpp"
@@ -32,29 +33,18 @@ protocol::Header call_header(const transport::Bytes& frame) {
 }
 }  // namespace
 
-// Runs on the transport's thread; the handler runs where its route says.
+// Runs on the transport's thread, and so do the calls (their routes say arrival).
 void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload, transport::Respond respond) {
   protocol::Header header;
   try {
     header = call_header(frame);
+    route_for(header.type, kCall);  // only the fixed-body calls come this way (message_schema.hpp)
   } catch (...) {
     respond(protocol::encode_reply(header.type, header.request_id, current_error_reply(header.type)));
     return;
   }
-  if (header.type == static_cast<std::uint16_t>(MessageType::vector_call) ||
-      header.type == static_cast<std::uint16_t>(MessageType::version_call) ||
-      header.type == static_cast<std::uint16_t>(MessageType::barrier_call) ||
-      header.type == static_cast<std::uint16_t>(MessageType::atomic_call))
-    return serve_fixed_call(header, std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize),
-                            std::move(payload), std::move(respond));
-  ReplyFn reply = reply_once(metrics_.timed(header.type, [respond, header](protocol::Body r) {
-    respond(protocol::encode_reply(header.type, header.request_id, r));
-  }));
-  guarded(header.type, reply, [&] {
-    const Route& route = route_for(header.type, kCall);
-    auto body = protocol::decode_body(std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize));
-    dispatch(route, Request{kCallSession, header.type, kCall, std::move(body), std::move(payload)}, reply, false);
-  });
+  serve_fixed_call(header, std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize), std::move(payload),
+                   std::move(respond));
 }
 
 // The calls with fixed bodies (protocol/fixed_calls.hpp): decoded without
@@ -75,8 +65,7 @@ void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<c
       VectorRequest request{std::move(call.name), call.op,     call.type, call.offset, call.count, call.alpha, {},
                             std::move(call.source), call.source_offset, call.order, std::nullopt};
       if (!request.source) request.data = std::move(payload);
-      return run_vector_op(services_, header.type, std::move(request),
-                           [reply](protocol::FixedReply answer, bool) { reply(std::move(answer)); });
+      return run_vector_op(services_, header.type, std::move(request), reply);
     }
     if (type == MessageType::atomic_call) {
       auto call = protocol::decode_atomic_call(body);
@@ -85,14 +74,12 @@ void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<c
       request.offset = call.offset;
       request.order = call.order;
       request.atomic = VectorRequest::Atomic{call.kind, call.operand, call.desired};
-      return run_vector_op(services_, header.type, std::move(request),
-                           [reply](protocol::FixedReply answer, bool) { reply(std::move(answer)); });
+      return run_vector_op(services_, header.type, std::move(request), reply);
     }
     if (type == MessageType::barrier_call) {
       auto call = protocol::decode_barrier_call(body);
       return barriers_.arrive(call.session, call.name, call.parties,
-                              wait_timeout(call.timeout_ms, "timeout_ms", "barrier_call"), reply,
-                              /*reply_on_io=*/false);
+                              wait_timeout(call.timeout_ms, "timeout_ms", "barrier_call"), reply);
     }
     auto call = protocol::decode_version_call(body);
     if (call.kind == protocol::VersionCallKind::get) {

@@ -30,8 +30,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                        .Register(*registry_);
   auto& latency = prometheus::BuildHistogram()
                       .Name("smb_request_duration_seconds")
-                      .Help("From a request's arrival to its answer, by message type; for lock, barrier and "
-                            "wait_version this is the time the client waited")
+                      .Help("From a request's arrival to its answer, by message type; for lock, barrier_call and "
+                            "a version_call that waits this is the time the client waited")
                       .Register(*registry_);
   for (std::uint16_t type = 1; type < kTypes; ++type) {
     const std::string name = protocol::message_name(type);

@@ -73,7 +73,8 @@ class Metrics {
   ServerActivity totals() const;
 
  private:
-  static constexpr std::size_t kTypes = 64;   // message types (protocol/messages.hpp) fit below
+  static constexpr std::size_t kTypes = 64;   // message types (protocol/message_schema.hpp) fit below
+  static_assert(protocol::kLastMessage < kTypes);
   static constexpr std::size_t kOps = 8, kDTypes = 10;
 
   const transport::ServerTraffic* traffic_ = nullptr;

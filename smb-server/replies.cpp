@@ -33,9 +33,4 @@ protocol::Body current_error_reply(std::uint16_t type) noexcept {
   return protocol::error_reply(error.code, error.message);
 }
 
-protocol::Body version_body(const protocol::FixedReply& answer) {
-  return answer.code == Errc::ok ? protocol::ok_reply({{"version", answer.version}})
-                                 : protocol::error_reply(answer.code, answer.message);
-}
-
 }  // namespace smb::server

@@ -29,10 +29,8 @@ ErrorText current_error(std::uint16_t type) noexcept;
 protocol::Body current_error_reply(std::uint16_t type) noexcept;
 
 // Requests whose answer is a buffer's version (vector ops, version reads and
-// waits) answer with a FixedReply, encoded by the path they came by: as a
-// fixed reply for a call (fixed_calls.hpp), as a Body for a session.
+// waits, barriers) come as calls and answer with a FixedReply (fixed_calls.hpp).
 using VersionReplyFn = std::function<void(protocol::FixedReply)>;
-protocol::Body version_body(const protocol::FixedReply& answer);
 
 // f() returns the reply; a failure becomes an error reply.
 template <class F>

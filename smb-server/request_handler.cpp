@@ -18,32 +18,6 @@ Body segment_body(const transport::SegmentDescriptor& d) {
 
 }  // namespace
 
-VectorRequest RequestHandler::vector_request(const Body& req, transport::Bytes payload) {
-  const char* what = "vector_op";
-  VectorRequest r;
-  r.name = protocol::get_segment_name(req, "name", what);
-  const auto op = protocol::get_u64(req, "op", what);
-  const auto type = protocol::get_u64(req, "dtype", what);
-  if (op < 1 || op > static_cast<std::uint64_t>(VectorOp::product))
-    throw Error(Errc::invalid_argument, "vector_op: unknown op " + std::to_string(op));
-  if (type < 1 || type > static_cast<std::uint64_t>(DType::i64))
-    throw Error(Errc::invalid_argument, "vector_op: unknown dtype " + std::to_string(type));
-  r.op = static_cast<VectorOp>(op);
-  r.type = static_cast<DType>(type);
-  r.offset = protocol::get_u64(req, "offset", what);
-  r.count = protocol::get_u64(req, "count", what);
-  r.alpha = req.contains("alpha") ? protocol::get_double(req, "alpha", what) : 1.0;
-  if (req.contains("source")) {
-    r.source = protocol::get_segment_name(req, "source", what);
-    r.source_offset = protocol::get_u64(req, "source_offset", what);
-  } else if (req.contains("data")) {
-    r.data = protocol::get_binary(req, "data", what);
-  } else {
-    r.data = std::move(payload);
-  }
-  return r;
-}
-
 namespace {
 
 // Paging of listings: {after: NAME, limit: N} -> {ITEMS: [...], next: NAME}

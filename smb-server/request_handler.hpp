@@ -51,9 +51,6 @@ class RequestHandler {
   Body segment_clients(SessionId session, const Body& request);
   // An ordered op on segment `name` waited in vain for the op before it.
   void fell_behind(const std::string& name) { registry_.fell_behind(name); }
-  // A vector_op message: x in the body ("data"), in another buffer
-  // ("source"), or in `payload` (a call's raw payload, see transport.hpp).
-  static VectorRequest vector_request(const Body& request, transport::Bytes payload);
   // Runs a vector op (vector_runs.hpp); with `wait` false: nullopt when
   // another op holds the buffer. Returns the buffer's version after it.
   std::optional<Applied> apply(const VectorRequest& request, bool wait) { return registry_.apply(request, wait); }

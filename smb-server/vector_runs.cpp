@@ -12,10 +12,9 @@ std::uint64_t work_bytes(const VectorRequest& r) {
 
 // Wakes the version waiters (VersionWaits is thread-safe and costs nothing
 // when nobody waits) and reports.
-void finish(Services& s, const VectorRequest& r, protocol::FixedReply answer, bool on_arrival,
-            const VectorDone& done) {
+void finish(Services& s, const VectorRequest& r, protocol::FixedReply answer, const VectorDone& done) {
   if (answer.code == Errc::ok && s.versions.pending()) s.versions.advanced(r.name);
-  done(std::move(answer), on_arrival);
+  done(std::move(answer));
 }
 
 protocol::FixedReply failed(std::uint16_t type) {
@@ -45,12 +44,12 @@ void after_gap(Services& s, std::uint16_t type, VectorRequest r, const OrderGap&
                                          std::to_string(kReplicaGapTimeout.count()) +
                                          " ms for the op before it (its client may have died between replicas): " +
                                          answer.message;
-                        return done(std::move(answer), false);
+                        return done(std::move(answer));
                       }
                       boost::asio::post(s.workers, [&s, type, request, done] { run_vector_op(s, type, *request, done); });
                     });
   } catch (...) {
-    done(failed(type), false);
+    done(failed(type));
   }
 }
 
@@ -69,7 +68,7 @@ void run_vector_op(Services& s, std::uint16_t type, VectorRequest r, VectorDone 
     } catch (...) {
       answer = failed(type);
     }
-    if (answer) return finish(s, r, std::move(*answer), true, done);
+    if (answer) return finish(s, r, std::move(*answer), done);
   }
   boost::asio::post(s.workers, [&s, type, r = std::move(r), done = std::move(done)]() mutable {
     protocol::FixedReply answer;
@@ -80,7 +79,7 @@ void run_vector_op(Services& s, std::uint16_t type, VectorRequest r, VectorDone 
     } catch (...) {
       answer = failed(type);
     }
-    finish(s, r, std::move(answer), false, done);
+    finish(s, r, std::move(answer), done);
   });
 }
 

@@ -1,6 +1,5 @@
 #pragma once
-// Where a vector op runs, whichever way it came (a control message's Body,
-// a data-path vector_call's fixed binary body): where it arrived when it is
+// Where a vector op (a data-path vector_call or atomic_call) runs: where it arrived when it is
 // small and nobody else holds the buffer -- a few microseconds of memory
 // time, less than a hand-off to another thread costs -- else on the worker
 // pool, which may wait for the buffer. Then the buffer's version waiters
@@ -23,9 +22,8 @@ inline constexpr std::uint64_t kInlineVectorBytes = 64 * 1024;
 inline constexpr std::chrono::milliseconds kReplicaGapTimeout{5000};
 
 // `done` is called exactly once, on the thread that ran the op, with the
-// answer and whether that was the thread the op arrived on (not the pool).
-// `type` names the request in logs of unexpected failures.
-using VectorDone = std::function<void(protocol::FixedReply answer, bool on_arrival)>;
+// answer. `type` names the request in logs of unexpected failures.
+using VectorDone = VersionReplyFn;
 void run_vector_op(Services& services, std::uint16_t type, VectorRequest request, VectorDone done);
 
 }  // namespace smb::server

@@ -1,8 +1,5 @@
 #include "protocol/fixed_calls.hpp"
 
-#include "protocol/little_endian.hpp"
-
-#include <bit>
 #include <cstring>
 
 namespace smb::protocol {
@@ -16,7 +13,7 @@ constexpr auto kAtomicType = static_cast<std::uint16_t>(MessageType::atomic_call
 
 // The fixed part of a reply to `type`: an atomic's carries the old value.
 std::size_t reply_fixed_size(MessageType type) {
-  return kFixedReplySize + (type == MessageType::atomic_call ? sizeof(std::uint64_t) : 0);
+  return type == MessageType::atomic_call ? sizeof(AtomicReplyBody) : sizeof(FixedReplyBody);
 }
 
 Bytes frame_with_body(std::uint16_t type, std::uint32_t request_id, std::size_t body_length) {
@@ -42,39 +39,57 @@ void check_name_length(std::uint64_t length, const char* call, std::size_t most 
     bad(Errc::invalid_argument, "a buffer name must have 1 to " + std::to_string(most) + " bytes", call);
 }
 
-// version_call and atomic_call: kind u8 | 0 u8 | name_length u16 | 0 u32,
-// their fields, then the segment name at `fixed`.
-Bytes kind_and_name_frame(std::uint16_t type, const char* call, std::uint32_t request_id, std::uint8_t kind,
-                          std::string_view name, std::size_t fixed) {
-  if (name.empty() || name.size() > kMaxSegmentNameLength)
-    throw Error(Errc::invalid_argument, std::string(call) + ": a segment name must have 1 to " +
-                                            std::to_string(kMaxSegmentNameLength) + " bytes");
-  Bytes frame = frame_with_body(type, request_id, fixed + name.size());
+// The whole frame of a call: its fixed part, then the names.
+template <class Fixed>
+Bytes call_frame(std::uint16_t type, std::uint32_t request_id, const Fixed& fixed, std::string_view name,
+                 std::string_view source = {}) {
+  Bytes frame = frame_with_body(type, request_id, sizeof(Fixed) + name.size() + source.size());
   std::uint8_t* b = frame.data() + kHeaderSize;
-  put_le(b, kind, 1);
-  put_le(b + 1, 0, 1);
-  put_le(b + 2, name.size(), 2);
-  put_le(b + 4, 0, 4);
-  std::memcpy(b + fixed, name.data(), name.size());
+  std::memcpy(b, &fixed, sizeof(Fixed));
+  std::memcpy(b + sizeof(Fixed), name.data(), name.size());
+  if (!source.empty()) std::memcpy(b + sizeof(Fixed) + name.size(), source.data(), source.size());
   return frame;
 }
 
-struct KindAndName {
-  std::uint64_t kind = 0;
-  std::string name;
-};
-
-// The same, read back: every length and reserved field checked.
-KindAndName read_kind_and_name(std::span<const std::uint8_t> body, std::size_t fixed, const char* call) {
-  if (body.size() < fixed)
+// A call's fixed part, read back; the body must hold it and exactly
+// `names` bytes after it.
+template <class Fixed>
+Fixed read_fixed(std::span<const std::uint8_t> body, const char* call) {
+  Fixed fixed;
+  if (body.size() < sizeof(Fixed))
     bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes is shorter than its fixed part", call);
-  const std::uint8_t* b = body.data();
-  const auto name_length = get_le(b + 2, 2);
-  if (get_le(b + 1, 1) != 0 || get_le(b + 4, 4) != 0) bad(Errc::protocol, "reserved field is not zero", call);
-  if (body.size() != fixed + name_length)
+  std::memcpy(&fixed, body.data(), sizeof(Fixed));
+  return fixed;
+}
+
+void check_names_fill(std::span<const std::uint8_t> body, std::size_t fixed, std::size_t names, const char* call) {
+  if (body.size() != fixed + names)
     bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name length", call);
-  check_name_length(name_length, call, kMaxSegmentNameLength);
-  return {get_le(b, 1), std::string(reinterpret_cast<const char*>(b + fixed), name_length)};
+}
+
+void check_segment_name(std::string_view name, const char* call) {
+  if (name.empty() || name.size() > kMaxSegmentNameLength)
+    throw Error(Errc::invalid_argument, std::string(call) + ": a segment name must have 1 to " +
+                                            std::to_string(kMaxSegmentNameLength) + " bytes");
+}
+
+KindAndNameLength kind_and_name(std::uint8_t kind, std::string_view name) {
+  return {kind, 0, static_cast<std::uint16_t>(name.size()), 0};
+}
+
+// version_call's and atomic_call's first 8 bytes and name, every length and
+// reserved field checked.
+template <class Fixed>
+std::string read_name_after(std::span<const std::uint8_t> body, const Fixed& fixed, const char* call) {
+  const KindAndNameLength& head = fixed.head;
+  if (head.reserved8 != 0 || head.reserved32 != 0) bad(Errc::protocol, "reserved field is not zero", call);
+  check_names_fill(body, sizeof(Fixed), head.name_length, call);
+  check_name_length(head.name_length, call, kMaxSegmentNameLength);
+  return std::string(reinterpret_cast<const char*>(body.data() + sizeof(Fixed)), head.name_length);
+}
+
+std::string_view names_at(std::span<const std::uint8_t> body, std::size_t fixed) {
+  return {reinterpret_cast<const char*>(body.data() + fixed), body.size() - fixed};
 }
 
 }  // namespace
@@ -82,78 +97,55 @@ KindAndName read_kind_and_name(std::span<const std::uint8_t> body, std::size_t f
 Bytes encode_vector_call(std::uint32_t request_id, VectorOp op, DType type, std::uint64_t offset, std::uint64_t count,
                          double alpha, std::string_view name, std::optional<std::string_view> source,
                          std::uint64_t source_offset, std::uint64_t order) {
-  const std::size_t source_length = source ? source->size() : 0;
-  if (name.empty() || name.size() > kMaxSegmentNameLength || source_length > kMaxSegmentNameLength)
-    throw Error(Errc::invalid_argument, "vector_call: a segment name must have 1 to " +
-                                            std::to_string(kMaxSegmentNameLength) + " bytes");
-  Bytes frame = frame_with_body(kVectorType, request_id, kVectorCallFixedSize + name.size() + source_length);
-  std::uint8_t* b = frame.data() + kHeaderSize;
-  put_le(b, static_cast<std::uint8_t>(op), 1);
-  put_le(b + 1, static_cast<std::uint8_t>(type), 1);
-  put_le(b + 2, name.size(), 2);
-  put_le(b + 4, source_length, 2);
-  put_le(b + 6, 0, 2);
-  put_le(b + 8, offset, 8);
-  put_le(b + 16, count, 8);
-  put_le(b + 24, std::bit_cast<std::uint64_t>(alpha), 8);
-  put_le(b + 32, source_offset, 8);
-  put_le(b + 40, order, 8);
-  std::memcpy(b + kVectorCallFixedSize, name.data(), name.size());
-  if (source_length != 0) std::memcpy(b + kVectorCallFixedSize + name.size(), source->data(), source_length);
-  return frame;
+  const std::string_view source_name = source.value_or(std::string_view{});
+  check_segment_name(name, "vector_call");
+  if (source) check_segment_name(source_name, "vector_call");
+  const VectorCallBody fixed{static_cast<std::uint8_t>(op), static_cast<std::uint8_t>(type),
+                             static_cast<std::uint16_t>(name.size()), static_cast<std::uint16_t>(source_name.size()),
+                             0, offset, count, alpha, source_offset, order};
+  return call_frame(kVectorType, request_id, fixed, name, source_name);
 }
 
 VectorCall decode_vector_call(std::span<const std::uint8_t> body) {
-  if (body.size() < kVectorCallFixedSize)
-    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes is shorter than its fixed part");
-  const std::uint8_t* b = body.data();
-  const auto op = get_le(b, 1);
-  const auto type = get_le(b + 1, 1);
-  const auto name_length = get_le(b + 2, 2);
-  const auto source_length = get_le(b + 4, 2);
-  if (get_le(b + 6, 2) != 0) bad(Errc::protocol, "reserved field is not zero");
-  if (body.size() != kVectorCallFixedSize + name_length + source_length)
+  const auto fixed = read_fixed<VectorCallBody>(body, "vector_call");
+  if (fixed.reserved16 != 0) bad(Errc::protocol, "reserved field is not zero");
+  if (body.size() != sizeof fixed + fixed.name_length + fixed.source_length)
     bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name lengths");
-  check_name_length(name_length, "vector_call", kMaxSegmentNameLength);
-  if (source_length != 0) check_name_length(source_length, "vector_call", kMaxSegmentNameLength);
-  if (op < 1 || op > static_cast<std::uint64_t>(VectorOp::product)) bad(Errc::invalid_argument, "unknown op " + std::to_string(op));
-  if (type < 1 || type > static_cast<std::uint64_t>(DType::i64))
-    bad(Errc::invalid_argument, "unknown dtype " + std::to_string(type));
+  check_name_length(fixed.name_length, "vector_call", kMaxSegmentNameLength);
+  if (fixed.source_length != 0) check_name_length(fixed.source_length, "vector_call", kMaxSegmentNameLength);
+  if (fixed.op < 1 || fixed.op > static_cast<unsigned>(VectorOp::product))
+    bad(Errc::invalid_argument, "unknown op " + std::to_string(fixed.op));
+  if (fixed.dtype < 1 || fixed.dtype > static_cast<unsigned>(DType::i64))
+    bad(Errc::invalid_argument, "unknown dtype " + std::to_string(fixed.dtype));
   VectorCall call;
-  call.op = static_cast<VectorOp>(op);
-  call.type = static_cast<DType>(type);
-  call.offset = get_le(b + 8, 8);
-  call.count = get_le(b + 16, 8);
-  call.alpha = std::bit_cast<double>(get_le(b + 24, 8));
-  call.source_offset = get_le(b + 32, 8);
-  call.order = get_le(b + 40, 8);
-  const char* names = reinterpret_cast<const char*>(b + kVectorCallFixedSize);
-  call.name.assign(names, name_length);
-  if (source_length != 0) call.source.emplace(names + name_length, source_length);
+  call.op = static_cast<VectorOp>(fixed.op);
+  call.type = static_cast<DType>(fixed.dtype);
+  call.offset = fixed.offset;
+  call.count = fixed.count;
+  call.alpha = fixed.alpha;
+  call.source_offset = fixed.source_offset;
+  call.order = fixed.order;
+  const std::string_view names = names_at(body, sizeof fixed);
+  call.name = names.substr(0, fixed.name_length);
+  if (fixed.source_length != 0) call.source.emplace(names.substr(fixed.name_length));
   return call;
 }
 
 Bytes encode_version_call(std::uint32_t request_id, VersionCallKind kind, std::string_view name,
                           std::uint64_t version, std::uint64_t timeout_ms) {
-  Bytes frame = kind_and_name_frame(kVersionType, "version_call", request_id, static_cast<std::uint8_t>(kind), name,
-                                    kVersionCallFixedSize);
-  std::uint8_t* b = frame.data() + kHeaderSize;
-  put_le(b + 8, version, 8);
-  put_le(b + 16, timeout_ms, 8);
-  return frame;
+  check_segment_name(name, "version_call");
+  const VersionCallBody fixed{kind_and_name(static_cast<std::uint8_t>(kind), name), version, timeout_ms};
+  return call_frame(kVersionType, request_id, fixed, name);
 }
 
 VersionCall decode_version_call(std::span<const std::uint8_t> body) {
   constexpr const char* kCall = "version_call";
-  auto [kind, name] = read_kind_and_name(body, kVersionCallFixedSize, kCall);
-  if (kind != static_cast<std::uint64_t>(VersionCallKind::get) && kind != static_cast<std::uint64_t>(VersionCallKind::wait))
+  const auto fixed = read_fixed<VersionCallBody>(body, kCall);
+  auto name = read_name_after(body, fixed, kCall);
+  const auto kind = fixed.head.kind;
+  if (kind != static_cast<std::uint8_t>(VersionCallKind::get) && kind != static_cast<std::uint8_t>(VersionCallKind::wait))
     bad(Errc::invalid_argument, "unknown kind " + std::to_string(kind), kCall);
-  VersionCall call;
-  call.kind = static_cast<VersionCallKind>(kind);
-  call.version = get_le(body.data() + 8, 8);
-  call.timeout_ms = get_le(body.data() + 16, 8);
-  call.name = std::move(name);
-  return call;
+  return VersionCall{static_cast<VersionCallKind>(kind), std::move(name), fixed.version, fixed.timeout_ms};
 }
 
 Bytes encode_barrier_call(std::uint32_t request_id, std::string_view name, std::uint64_t parties,
@@ -161,96 +153,71 @@ Bytes encode_barrier_call(std::uint32_t request_id, std::string_view name, std::
   if (name.empty() || name.size() > kMaxNameLength)
     throw Error(Errc::invalid_argument, "barrier_call: a name must have 1 to " + std::to_string(kMaxNameLength) +
                                             " bytes");
-  Bytes frame = frame_with_body(kBarrierType, request_id, kBarrierCallFixedSize + name.size());
-  std::uint8_t* b = frame.data() + kHeaderSize;
-  put_le(b, parties, 8);
-  put_le(b + 8, timeout_ms, 8);
-  put_le(b + 16, session, 8);
-  put_le(b + 24, name.size(), 2);
-  put_le(b + 26, 0, 6);
-  std::memcpy(b + kBarrierCallFixedSize, name.data(), name.size());
-  return frame;
+  const BarrierCallBody fixed{parties, timeout_ms, session, static_cast<std::uint16_t>(name.size()), 0, 0};
+  return call_frame(kBarrierType, request_id, fixed, name);
 }
 
 BarrierCall decode_barrier_call(std::span<const std::uint8_t> body) {
   constexpr const char* kCall = "barrier_call";
-  if (body.size() < kBarrierCallFixedSize)
-    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes is shorter than its fixed part", kCall);
-  const std::uint8_t* b = body.data();
-  const auto name_length = get_le(b + 24, 2);
-  if (get_le(b + 26, 6) != 0) bad(Errc::protocol, "reserved field is not zero", kCall);
-  if (body.size() != kBarrierCallFixedSize + name_length)
-    bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name length", kCall);
-  check_name_length(name_length, kCall);
-  BarrierCall call;
-  call.parties = get_le(b, 8);
-  call.timeout_ms = get_le(b + 8, 8);
-  call.session = get_le(b + 16, 8);
-  call.name.assign(reinterpret_cast<const char*>(b + kBarrierCallFixedSize), name_length);
+  const auto fixed = read_fixed<BarrierCallBody>(body, kCall);
+  if (fixed.reserved16 != 0 || fixed.reserved32 != 0) bad(Errc::protocol, "reserved field is not zero", kCall);
+  check_names_fill(body, sizeof fixed, fixed.name_length, kCall);
+  check_name_length(fixed.name_length, kCall);
+  BarrierCall call{std::string(names_at(body, sizeof fixed)), fixed.parties, fixed.timeout_ms, fixed.session};
   validate_name(call.name);  // it names state the server keeps (the others name buffers that must exist)
   return call;
 }
 
 Bytes encode_atomic_call(std::uint32_t request_id, AtomicKind kind, std::string_view name, std::uint64_t offset,
                          std::uint64_t operand, std::uint64_t desired, std::uint64_t order) {
-  Bytes frame = kind_and_name_frame(kAtomicType, "atomic_call", request_id, static_cast<std::uint8_t>(kind), name,
-                                    kAtomicCallFixedSize);
-  std::uint8_t* b = frame.data() + kHeaderSize;
-  put_le(b + 8, offset, 8);
-  put_le(b + 16, operand, 8);
-  put_le(b + 24, desired, 8);
-  put_le(b + 32, order, 8);
-  return frame;
+  check_segment_name(name, "atomic_call");
+  const AtomicCallBody fixed{kind_and_name(static_cast<std::uint8_t>(kind), name), offset, operand, desired, order};
+  return call_frame(kAtomicType, request_id, fixed, name);
 }
 
 AtomicCall decode_atomic_call(std::span<const std::uint8_t> body) {
   constexpr const char* kCall = "atomic_call";
-  auto [kind, name] = read_kind_and_name(body, kAtomicCallFixedSize, kCall);
-  if (kind != static_cast<std::uint64_t>(AtomicKind::fetch_add) &&
-      kind != static_cast<std::uint64_t>(AtomicKind::compare_swap))
+  const auto fixed = read_fixed<AtomicCallBody>(body, kCall);
+  auto name = read_name_after(body, fixed, kCall);
+  const auto kind = fixed.head.kind;
+  if (kind != static_cast<std::uint8_t>(AtomicKind::fetch_add) &&
+      kind != static_cast<std::uint8_t>(AtomicKind::compare_swap))
     bad(Errc::invalid_argument, "unknown kind " + std::to_string(kind), kCall);
-  const std::uint8_t* b = body.data();
-  AtomicCall call;
-  call.kind = static_cast<AtomicKind>(kind);
-  call.offset = get_le(b + 8, 8);
-  call.operand = get_le(b + 16, 8);
-  call.desired = get_le(b + 24, 8);
-  call.order = get_le(b + 32, 8);
-  call.name = std::move(name);
-  return call;
+  return AtomicCall{static_cast<AtomicKind>(kind), std::move(name), fixed.offset, fixed.operand, fixed.desired,
+                    fixed.order};
 }
 
 Bytes encode_fixed_reply(MessageType type, std::uint32_t request_id, const FixedReply& reply) {
   const std::string_view message = cut_message(reply.message);
-  const std::size_t fixed = reply_fixed_size(type);
-  Bytes frame = frame_with_body(static_cast<std::uint16_t>(type) | kReplyBit, request_id, fixed + message.size());
+  const AtomicReplyBody fixed{{static_cast<std::uint32_t>(reply.code), static_cast<std::uint32_t>(message.size()),
+                               reply.version},
+                              reply.old};
+  const std::size_t size = reply_fixed_size(type);  // AtomicReplyBody begins with FixedReplyBody
+  Bytes frame = frame_with_body(static_cast<std::uint16_t>(type) | kReplyBit, request_id, size + message.size());
   std::uint8_t* b = frame.data() + kHeaderSize;
-  put_le(b, static_cast<std::uint32_t>(reply.code), 4);
-  put_le(b + 4, message.size(), 4);
-  put_le(b + 8, reply.version, 8);
-  if (fixed > kFixedReplySize) put_le(b + kFixedReplySize, reply.old, 8);
-  std::memcpy(b + fixed, message.data(), message.size());
+  std::memcpy(b, &fixed, size);
+  std::memcpy(b + size, message.data(), message.size());
   return frame;
 }
 
 FixedReply decode_fixed_reply(MessageType type, std::span<const std::uint8_t> frame) {
   const char* call = message_name(static_cast<std::uint16_t>(type));
-  const std::size_t fixed = reply_fixed_size(type);
-  if (frame.size() < kHeaderSize + fixed) bad(Errc::protocol, "reply shorter than its fixed part", call);
+  const std::size_t size = reply_fixed_size(type);
+  if (frame.size() < kHeaderSize + size) bad(Errc::protocol, "reply shorter than its fixed part", call);
   const auto header = decode_header(frame.first<kHeaderSize>());
   if (header.type != (static_cast<std::uint16_t>(type) | kReplyBit))
     bad(Errc::protocol, "reply does not match the request", call);
-  const std::uint8_t* b = frame.data() + kHeaderSize;
-  const auto code = get_le(b, 4);
-  const auto message_length = get_le(b + 4, 4);
-  if (header.body_length != frame.size() - kHeaderSize || header.body_length != fixed + message_length)
+  AtomicReplyBody fixed{};
+  std::memcpy(&fixed, frame.data() + kHeaderSize, size);
+  if (header.body_length != frame.size() - kHeaderSize || header.body_length != size + fixed.reply.message_length)
     bad(Errc::protocol, "reply length does not match its header", call);
   FixedReply reply;
   // A code this build does not know is still a failure.
-  reply.code = code > static_cast<std::uint64_t>(kLastErrc) ? Errc::internal : static_cast<Errc>(code);
-  reply.version = get_le(b + 8, 8);
-  if (fixed > kFixedReplySize) reply.old = get_le(b + kFixedReplySize, 8);
-  reply.message.assign(reinterpret_cast<const char*>(b + fixed), message_length);
+  const auto code = fixed.reply.errc;
+  reply.code = code > static_cast<std::uint32_t>(kLastErrc) ? Errc::internal : static_cast<Errc>(code);
+  reply.version = fixed.reply.version;
+  reply.old = fixed.old;
+  reply.message.assign(reinterpret_cast<const char*>(frame.data() + kHeaderSize + size), fixed.reply.message_length);
   if (reply.code != Errc::ok && reply.message.empty()) reply.message = "unspecified error";
   return reply;
 }

@@ -3,20 +3,11 @@
 // a version read or wait (every notify) and a barrier -- as data-path calls with fixed
 // binary bodies that both sides read and write without MessagePack, maps or
 // allocations beyond the names, as low-latency RPC systems (eRPC, FaRM) do.
-// Everything else (and these requests over the control connection) stays
-// MessagePack (messages.hpp).
+// Everything else is a control message with a MessagePack body
+// (messages.hpp); message_schema.hpp says which is which.
 //
-//   vector_call  = op u8 | dtype u8 | name_length u16 | source_length u16 | 0 u16
-//                  | offset u64 | count u64 | alpha f64 | source_offset u64 | order u64
-//                  | name | source name (absent when source_length is 0)
-//   version_call = kind u8 (1 get, 2 wait) | 0 u8 | name_length u16 | 0 u32
-//                  | version u64 | timeout_ms u64 | name
-//   barrier_call = parties u64 | timeout_ms u64 | session u64 | name_length u16
-//                  | 0 u16 | 0 u32 | name
-//   atomic_call  = kind u8 (1 fetch_add, 2 compare_swap) | 0 u8 | name_length u16 | 0 u32
-//                  | offset u64 | operand u64 | desired u64 | order u64 | name
-//   reply (all)  = errc u32 (0: done) | message_length u32 | version u64
-//                  | old u64 (atomic_call only) | message
+// The bodies' fixed parts are POD structs (fixed_call_bodies.hpp); the
+// names follow them, and a vector op's x is the call's payload.
 //
 // Names are segment names (messages.hpp: a buffer's name, or a replica's).
 // A vector or atomic call's order is 0, or the version the op must bring the
@@ -28,6 +19,7 @@
 // Little endian, after the usual 16-byte frame header; a vector op's x
 // travels as the call's raw payload. Decoding checks every length and range
 // and throws Error(protocol) or Error(invalid_argument) naming the field.
+#include "protocol/fixed_call_bodies.hpp"
 #include "protocol/messages.hpp"
 
 #include <smb/error.hpp>
@@ -41,11 +33,11 @@
 
 namespace smb::protocol {
 
-inline constexpr std::size_t kVectorCallFixedSize = 48;
-inline constexpr std::size_t kVersionCallFixedSize = 24;
-inline constexpr std::size_t kBarrierCallFixedSize = 32;
-inline constexpr std::size_t kAtomicCallFixedSize = 40;
-inline constexpr std::size_t kFixedReplySize = 16;  // an atomic_call's: 8 more (the old value)
+inline constexpr std::size_t kVectorCallFixedSize = sizeof(VectorCallBody);
+inline constexpr std::size_t kVersionCallFixedSize = sizeof(VersionCallBody);
+inline constexpr std::size_t kBarrierCallFixedSize = sizeof(BarrierCallBody);
+inline constexpr std::size_t kAtomicCallFixedSize = sizeof(AtomicCallBody);
+inline constexpr std::size_t kFixedReplySize = sizeof(FixedReplyBody);  // an atomic_call's: AtomicReplyBody
 
 struct VectorCall {
   VectorOp op = VectorOp::accumulate;

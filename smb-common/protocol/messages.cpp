@@ -16,42 +16,9 @@ namespace {
 }  // namespace
 
 const char* message_name(std::uint16_t type) {
-  switch (static_cast<MessageType>(type & ~kReplyBit)) {
-    case MessageType::hello: return "hello";
-    case MessageType::reserve_name: return "reserve_name";
-    case MessageType::commit_layout: return "commit_layout";
-    case MessageType::get_layout: return "get_layout";
-    case MessageType::alloc_segment: return "alloc_segment";
-    case MessageType::open_segment: return "open_segment";
-    case MessageType::close_segment: return "close_segment";
-    case MessageType::destroy: return "destroy";
-    case MessageType::stat: return "stat";
-    case MessageType::list_layouts: return "list_layouts";
-    case MessageType::abandon_name: return "abandon_name";
-    case MessageType::vector_op: return "vector_op";
-    case MessageType::get_version: return "get_version";
-    case MessageType::wait_version: return "wait_version";
-    case MessageType::lock: return "lock";
-    case MessageType::unlock: return "unlock";
-    case MessageType::barrier: return "barrier";
-    case MessageType::vector_call: return "vector_call";
-    case MessageType::version_call: return "version_call";
-    case MessageType::barrier_call: return "barrier_call";
-    case MessageType::auth: return "auth";
-    case MessageType::begin_repair: return "begin_repair";
-    case MessageType::end_repair: return "end_repair";
-    case MessageType::hold_layout: return "hold_layout";
-    case MessageType::set_version: return "set_version";
-    case MessageType::release_layout: return "release_layout";
-    case MessageType::watch_repairs: return "watch_repairs";
-    case MessageType::ack_pause: return "ack_pause";
-    case MessageType::pause_holders: return "pause_holders";
-    case MessageType::segment_digest: return "segment_digest";
-    case MessageType::mark_stale: return "mark_stale";
-    case MessageType::atomic_call: return "atomic_call";
-    case MessageType::segment_clients: return "segment_clients";
-  }
-  return "unknown";
+  // The names are string literals (message_schema.hpp): null-terminated.
+  const MessageInfo* info = message_info(static_cast<std::uint16_t>(type & ~kReplyBit));
+  return info != nullptr ? info->name.data() : "unknown";
 }
 
 std::array<std::uint8_t, kHeaderSize> encode_header(const Header& h) {

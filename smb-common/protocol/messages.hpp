@@ -7,6 +7,8 @@
 //
 // Replies carry the request's type with kReplyBit set and the same request_id;
 // their body has "ok" and, on failure, "errc" and "error".
+#include "protocol/message_schema.hpp"
+
 #include <smb/error.hpp>
 
 #include <nlohmann/json.hpp>
@@ -23,17 +25,7 @@ namespace smb::protocol {
 using Body = nlohmann::json;
 using Bytes = std::vector<std::uint8_t>;
 
-inline constexpr std::uint32_t kMagic = 0x31424d53;  // "SMB1"
-// The wire version: every frame's header carries its sender's. A hello in
-// another version gets one error reply in the server's (the header and the
-// error reply's body {ok, errc, error} are laid out alike in every version),
-// which names both versions and the side to upgrade, and the connection
-// closes: a mismatch fails at connect, never mid-session. Bump it with any
-// change to a message, a fixed call or a transport's wire header:
-// tests/unit/wire_version_test.cpp keeps their fingerprint beside it and
-// fails until both are updated.
-inline constexpr std::uint16_t kVersion = 3;
-inline constexpr std::uint64_t kWireFingerprint = 0x5ba385814225599d;  // tests/unit/wire_version_test.cpp
+// kMagic, kVersion and kWireFingerprint: message_schema.hpp, beside the messages.
 inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::uint32_t kMaxBodySize = 1u << 20;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
@@ -50,46 +42,9 @@ inline constexpr std::uint64_t kMaxDigests = 4096;
 // with what a client sent.
 inline constexpr std::size_t kMaxErrorLength = 1024;
 
-enum class MessageType : std::uint16_t {
-  hello = 1,           // {client, id?, transport, address(bin)} -> {server, transport, address(bin), session, instance,
-                       // ticket(bin)}; id: the client's identity, the same at every server (repairs check who is paused)
-  reserve_name = 2,    // home server: {name, layout(bin)} -> {}
-  commit_layout = 3,   // home server: {name} -> {}
-  get_layout = 4,      // home server: {name} -> {layout(bin)}
-  alloc_segment = 5,   // {name, length} -> segment
-  open_segment = 6,    // {name} -> segment
-  close_segment = 7,   // {name} -> {}
-  destroy = 8,         // {name} -> {} (drops the segment and, on the home, the record)
-  stat = 9,            // {} -> {capacity, used, largest_free, huge_pages, clients, buffers[]}
-  list_layouts = 10,   // {} -> {layouts: [bin]}
-  abandon_name = 11,   // home server: {name} -> {} (undo a reservation)
-  vector_op = 12,      // {name, op, dtype, offset, count, alpha, data(bin) | source+source_offset} -> {version}
-  get_version = 13,    // {name} -> {version}
-  wait_version = 14,   // {name, version, timeout_ms} -> {version}, once reached (deferred)
-  lock = 15,           // home of the lock name: {name, offset, length, lease_ms, timeout_ms} -> {token} (deferred)
-  unlock = 16,         // home: {name, token} -> {}
-  barrier = 17,        // home: {name, parties, timeout_ms} -> {} once all arrived (deferred)
-  vector_call = 18,    // vector_op as a data-path call, in a fixed binary body (fixed_calls.hpp)
-  version_call = 19,   // get_version / wait_version as a data-path call, the same way
-  barrier_call = 20,   // barrier as a data-path call, the same way (names its client's session)
-  auth = 21,           // after a hello answered with a challenge: {proof(bin)} -> the hello reply (auth.hpp)
-  // Repair (smb-server/repair_pauses.hpp says how they meet).
-  begin_repair = 22,    // home server: {name} -> {layout(bin)}: this session repairs it until end_repair
-  end_repair = 23,      // home server: {name, instances?: [u64], fresh?: [[copy, server]]} -> {} (the repaired
-                        // servers' runs, the stale copies rebuilt); resumes holders
-  hold_layout = 24,     // home server: {name} -> {layout(bin), held?, repairing?}: an open of a replicated buffer
-  set_version = 25,     // {name, version} -> {}: a repaired copy takes its source's version
-  release_layout = 26,  // home server: {name} -> {}: that open closed
-  watch_repairs = 27,   // home server: {holder, timeout_ms} -> {name, epoch} | {stop} | {} (deferred)
-  ack_pause = 28,       // home server: {holder, name, epoch} -> {layout(bin)} once the pause ends (deferred)
-  pause_holders = 29,   // home server: {name, timeout_ms} -> {holders, clients: [id]} once every holder acked (deferred)
-  segment_digest = 30,  // {name, offset, length, chunk} -> {digests(bin)}: 16 bytes (XXH3-128) per chunk
-  mark_stale = 31,      // home server: {name, copy, server, why} -> {layout(bin)}: that copy fell behind (Layout::stale)
-  atomic_call = 32,     // fetch_add / compare_swap on a replicated buffer's copy, ordered like a vector_call (fixed_calls.hpp)
-  segment_clients = 33,  // {name} -> {clients: [id], behind}: the clients (hello's id; 0: none given) holding that
-                         // segment open, and whether it fell behind its primary (a repair copies from neither)
-};
-
+// MessageType, every message's number, name and path: message_schema.hpp.
+// The name of message `type` (its reply bit ignored), "unknown" for a number
+// no message has.
 const char* message_name(std::uint16_t type);
 
 struct Header {

@@ -10,8 +10,8 @@
 // is those bytes (header included) and whose payload is the rest of a split.
 // Each input starts from a fresh daemon state. Findings: a crash, a
 // sanitizer report, a request answered twice, or one never answered that
-// cannot be waiting (everything but wait_version, lock, barrier and a
-// vector call with an order).
+// cannot be waiting (everything but a lock, a version_call, a barrier_call
+// and a vector call with an order).
 #include "control_server.hpp"
 #include "memory_pool.hpp"
 #include "registry.hpp"
@@ -34,10 +34,7 @@ namespace {
 using namespace smb;
 using protocol::MessageType;
 
-bool may_wait(std::uint16_t type) {
-  return type == static_cast<std::uint16_t>(MessageType::wait_version) ||
-         type == static_cast<std::uint16_t>(MessageType::lock) || type == static_cast<std::uint16_t>(MessageType::barrier);
-}
+bool may_wait(std::uint16_t type) { return type == static_cast<std::uint16_t>(MessageType::lock); }
 
 class Answers {
  public:
@@ -105,7 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     size -= 5 + length;
     if ((how & 1) == 0) {
       auto counted = answers.add(!may_wait(type));
-      control.serve(1 + ((how >> 1) & 1), type, bytes, {}, [counted](protocol::Body) { counted(); });
+      control.serve(1 + ((how >> 1) & 1), type, bytes, [counted](protocol::Body) { counted(); });
     } else {
       // The frame's own header decides the type; a call can only wait as a version_call or barrier_call.
       const std::size_t split = std::min<std::size_t>(how >> 1, length);

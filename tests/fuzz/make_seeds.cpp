@@ -62,17 +62,9 @@ std::vector<std::pair<MessageType, Body>> requests() {
       {MessageType::commit_layout, {{"name", "w"}}},
       {MessageType::get_layout, {{"name", "w"}}},
       {MessageType::open_segment, {{"name", "w"}}},
-      {MessageType::vector_op,
-       {{"name", "w"}, {"op", 1}, {"dtype", 1}, {"offset", 0}, {"count", 2}, {"alpha", 1.0},
-        {"data", protocol::binary(Bytes(8, 0x3f))}}},
-      {MessageType::vector_op,
-       {{"name", "w"}, {"op", 2}, {"dtype", 2}, {"offset", 8}, {"count", 1}, {"alpha", 0.5}, {"source", "w"},
-        {"source_offset", 1024}}},
       {MessageType::get_version, {{"name", "w"}}},
-      {MessageType::wait_version, {{"name", "w"}, {"version", 1}, {"timeout_ms", 5}}},
       {MessageType::lock, {{"name", "w"}, {"offset", 0}, {"length", 64}, {"lease_ms", 1000}, {"timeout_ms", 5}}},
       {MessageType::unlock, {{"name", "w"}, {"token", 1}}},
-      {MessageType::barrier, {{"name", "b"}, {"parties", 1}, {"timeout_ms", 5}}},
       {MessageType::stat, {{"after", "a"}, {"limit", 10}}},
       {MessageType::list_layouts, Body::object()},
       {MessageType::close_segment, {{"name", "w"}}},
@@ -167,6 +159,9 @@ void request_seeds() {
   Bytes frame = protocol::encode_vector_call(9, smb::VectorOp::axpy, smb::DType::f32, 0, 4, 2.0, "w");
   frame.insert(frame.end(), 16, 0x40);  // x, split off as the payload
   record(calls, 1 | (16 << 1), 0, frame);
+  record(calls, 1, 0,  // x in the same buffer
+         protocol::encode_vector_call(14, smb::VectorOp::axpy, smb::DType::f64, 8, 1, 0.5, "w", std::string_view("w"),
+                                      1024));
   record(calls, 1, 0, protocol::encode_version_call(10, protocol::VersionCallKind::get, "w"));
   record(calls, 1, 0, protocol::encode_version_call(11, protocol::VersionCallKind::wait, "w", 2, 5));
   record(calls, 1, 0, protocol::encode_barrier_call(12, "b", 2, 5, 1));

@@ -30,7 +30,8 @@ using json = nlohmann::json;
 
 constexpr int kProtocol = 9;
 constexpr int kPermissionDenied = 13;
-constexpr std::uint16_t kHello = 1, kListLayouts = 10, kOpenSegment = 6, kAuth = 21;
+constexpr std::uint16_t kHello = type_of(MessageType::hello), kListLayouts = type_of(MessageType::list_layouts),
+                        kOpenSegment = type_of(MessageType::open_segment), kAuth = type_of(MessageType::auth);
 
 class AuthTest : public testing::Test {
  protected:

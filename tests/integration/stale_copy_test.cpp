@@ -6,6 +6,7 @@
 // and `smbctl repair` rebuilds it in place while clients hold the buffer.
 // Without the record, losing copy 0's server afterwards made reads return
 // the stale copy's older bytes.
+#include "process.hpp"
 #include "raw_connection.hpp"
 #include "replication_fixture.hpp"
 
@@ -51,24 +52,12 @@ class StaleCopyTest : public ReplicationTest {
     EXPECT_EQ(recorded[0].server, 1u) << "copy 1 of the stripes of server 0 lives on server 1";
   }
 
-  // The op a client killed between the copies applied: copy 0 only (a
-  // vector_op control message to server 0's segment of copy 0).
+  // The op a client killed between the copies applied: copy 0 only (one
+  // vector_call, made by hand, to server 0's segment of copy 0).
   void accumulate_on_copy0_of_stripe0() {
-    RawConnection raw(layout_.servers[0]);
-    ASSERT_TRUE(raw.hello(fabric_transport()));
-    const auto ones = doubles(std::vector<double>(kPerStripe, 1.0));
-    std::vector<std::uint8_t> data(ones.size());
-    std::memcpy(data.data(), ones.data(), ones.size());
-    constexpr std::uint16_t kVectorOp = 12;
-    raw.send(msgpack_frame(kVectorOp, 2,
-                           {{"name", "lb"},
-                            {"op", static_cast<int>(smb::VectorOp::accumulate)},
-                            {"dtype", static_cast<int>(smb::DType::f64)},
-                            {"offset", 0},
-                            {"count", kPerStripe},
-                            {"data", nlohmann::json::binary(data)}}));
-    const auto reply = raw.receive();
-    ASSERT_TRUE(reply && reply->body.value("ok", false)) << (reply ? reply->body.dump() : "no reply");
+    const auto applied = run_tool(raw_call_path(), {layout_.servers[0], fabric_transport(), "lb", "0",
+                                                    std::to_string(kPerStripe), "1"});
+    ASSERT_TRUE(applied.status.success()) << applied.describe();
   }
 
   void add_one(smb::Buffer& buffer) {
@@ -181,7 +170,7 @@ TEST_P(StaleCopyTest, MarkingIsCheckedAndKeepsACopyOfEveryStripe) {
   const auto home = server(home_of("lb")).address();
   RawConnection raw(home);
   ASSERT_TRUE(raw.hello(fabric_transport()));
-  constexpr std::uint16_t kMarkStale = 31;
+  constexpr std::uint16_t kMarkStale = type_of(MessageType::mark_stale);
   std::uint32_t id = 1;
   const auto mark = [&](const nlohmann::json& body) {
     raw.send(msgpack_frame(kMarkStale, id++, body));

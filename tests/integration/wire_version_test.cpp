@@ -23,7 +23,7 @@ using namespace smb::test;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
-constexpr std::uint16_t kHello = 1;
+constexpr std::uint16_t kHello = type_of(MessageType::hello);
 constexpr std::uint16_t kOurs = RawHeader{}.version;  // the version this suite speaks
 const std::string kOursText = std::to_string(kOurs);
 constexpr int kProtocol = 9;

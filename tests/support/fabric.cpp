@@ -85,6 +85,11 @@ const std::string& smb_bench_path() {
   return path;
 }
 
+const std::string& raw_call_path() {
+  static const std::string path = SMB_TEST_RAW_CALL_PATH;
+  return path;
+}
+
 void FabricTest::SetUp() {
   // The environment first: the daemons and tools inherit it when spawned.
   // Nothing from the caller's shell may redirect the tests elsewhere.

@@ -54,6 +54,8 @@ std::string fabric_name(const testing::TestParamInfo<FabricParam>& info);
 
 const std::string& smbctl_path();
 const std::string& smb_bench_path();
+// smb_test_raw_call (raw_call_main.cpp): one hand-made vector_call to one server.
+const std::string& raw_call_path();
 
 class FabricTest : public testing::TestWithParam<FabricParam> {
  protected:

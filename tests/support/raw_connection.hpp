@@ -3,7 +3,10 @@
 // well-behaved client would (garbage, lying headers, half frames) and for
 // reading back what the daemon answers. Knows just enough of the frame format
 // (16-byte little-endian header, MessagePack body) to build and parse frames
-// by hand, independently of the implementation under test.
+// by hand, independently of the implementation under test; the message
+// numbers and the wire version come from the schema (protocol/message_schema.hpp).
+#include "protocol/message_schema.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -16,14 +19,14 @@ namespace smb::test {
 
 using RawBytes = std::vector<std::uint8_t>;
 
-inline constexpr std::uint32_t kFrameMagic = 0x31424d53;  // "SMB1"
+inline constexpr std::uint32_t kFrameMagic = protocol::kMagic;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
+using protocol::MessageType;
+constexpr std::uint16_t type_of(MessageType type) { return static_cast<std::uint16_t>(type); }
 
 struct RawHeader {
   std::uint32_t magic = kFrameMagic;
-  // The wire version this suite speaks, written out here rather than taken
-  // from protocol/messages.hpp (a test of a foreign version sets another).
-  std::uint16_t version = 3;
+  std::uint16_t version = protocol::kVersion;  // a test of a foreign version sets another
   std::uint16_t type = 0;
   std::uint32_t request_id = 0;
   std::uint32_t body_length = 0;

@@ -5,7 +5,7 @@
 // was decoded once ended smbd (found by fuzz_requests): its reply had been
 // moved away before the check that threw.
 #include "protocol/fixed_calls.hpp"
-#include "raw_connection.hpp"
+#include "raw_call.hpp"
 #include "smbd_process.hpp"
 #include "transport/registry.hpp"
 
@@ -24,30 +24,14 @@ class HostileCallsTest : public testing::Test {
  protected:
   void SetUp() override {
     server_ = std::make_unique<test::SmbdProcess>();
-    // Its session keeps the channel's ticket admitted (channel_admission.hpp).
-    hello_ = std::make_unique<test::RawConnection>(server_->address());
-    hello_->send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::hello), 1,
-                                     {{"client", "hostile-calls"}, {"transport", "ucx"}}));
-    auto hello = hello_->receive();
-    ASSERT_TRUE(hello && hello->body.value("ok", false)) << server_->log();
-    const auto& address = hello->body["address"].get_binary();
-    const auto& ticket = hello->body["ticket"].get_binary();
-    transport_ = transport::make_client_transport("ucx");
-    channel_ = transport_->connect(Bytes(address.begin(), address.end()), server_->address(),
-                                   Bytes(ticket.begin(), ticket.end()));
+    raw_ = std::make_unique<test::RawCallChannel>(server_->address(), "ucx", "hostile-calls");
+    transport_ = &raw_->transport();
+    channel_ = &raw_->channel();
   }
 
   // Sends one call and returns its fixed reply.
   FixedReply call(MessageType type, const Bytes& frame, std::span<const std::byte> payload = {}) {
-    Bytes reply;
-    auto done = std::make_shared<transport::Completion>();
-    done->expect();
-    channel_->call(frame, payload, &reply, done);
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!done->done() && std::chrono::steady_clock::now() < deadline) transport_->progress();
-    EXPECT_TRUE(done->done()) << message_name(static_cast<std::uint16_t>(type)) << ": no reply";
-    done->throw_if_failed();
-    return decode_fixed_reply(type, reply);
+    return raw_->call(type, frame, payload);
   }
 
   void expect_refused(MessageType type, Bytes frame, Errc code, const char* what) {
@@ -57,9 +41,9 @@ class HostileCallsTest : public testing::Test {
   }
 
   std::unique_ptr<test::SmbdProcess> server_;
-  std::unique_ptr<test::RawConnection> hello_;
-  std::unique_ptr<transport::ClientTransport> transport_;
-  std::unique_ptr<transport::Channel> channel_;
+  std::unique_ptr<test::RawCallChannel> raw_;  // its control session keeps the channel's ticket admitted
+  transport::ClientTransport* transport_ = nullptr;
+  transport::Channel* channel_ = nullptr;
 };
 
 TEST_F(HostileCallsTest, RefusedCallsGetTheirErrorAndTheDaemonGoesOn) {
@@ -196,6 +180,31 @@ TEST_F(HostileCallsTest, AtomicCallsAnswerTheOldWordInTheCopysOrder) {
   EXPECT_EQ(call(MessageType::atomic_call, add(12, 56, 0)).old, 9u) << "refused calls changed nothing";
 }
 
+// A vector op whose source offset splits an element is refused before the
+// kernel loads it (it read misaligned doubles before: found by
+// fuzz_requests), and the target keeps what it held.
+TEST_F(HostileCallsTest, MisalignedSourceOffsetsAreRefused) {
+  test::RawConnection raw(server_->address());
+  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::hello), 1, {{"client", "aligned"}, {"transport", "ucx"}}));
+  ASSERT_TRUE(raw.receive());
+  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::alloc_segment), 2, {{"name", "aligned"}, {"length", 4096}}));
+  const auto made = raw.receive();
+  ASSERT_TRUE(made && made->body.value("ok", false)) << server_->log();
+  const auto word = [](std::uint32_t id, std::uint64_t add) {
+    return encode_atomic_call(id, AtomicKind::fetch_add, "aligned", 0, add);
+  };
+  ASSERT_EQ(call(MessageType::atomic_call, word(1, 1234)).code, Errc::ok);
+  std::uint32_t id = 2;
+  for (std::uint64_t source_offset : {1u, 4u, 2017u})
+    expect_refused(MessageType::vector_call,
+                   encode_vector_call(id++, VectorOp::axpy, DType::f64, 0, 4, 1.0, "aligned",
+                                      std::string_view("aligned"), source_offset),
+                   Errc::invalid_argument, ("source offset " + std::to_string(source_offset)).c_str());
+  const auto after = call(MessageType::atomic_call, word(id, 0));
+  EXPECT_EQ(after.old, 1234u) << "a refused op must leave the target intact";
+  EXPECT_EQ(after.version, 2u) << "no refused op advanced the version";
+}
+
 // A data channel is served only for an open control session: one that
 // presents no ticket (its owner learned the transport address some other
 // way) or whose session has closed gets permission_denied, on real smbd.
@@ -232,7 +241,7 @@ TEST_F(HostileCallsTest, DataChannelsAreServedOnlyForOpenSessions) {
   // The fixture's channel is served while its session is open...
   EXPECT_EQ(call(MessageType::version_call, version).code, Errc::not_found) << "served (no such buffer)";
   // ...and no longer once it closed.
-  hello_.reset();
+  raw_->close_control();
   FixedReply after;
   for (auto until = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < until;) {
     try {

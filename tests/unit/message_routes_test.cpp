@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace smb::server {
 namespace {
@@ -14,46 +15,36 @@ using protocol::MessageType;
 
 constexpr std::uint16_t type_of(MessageType t) { return static_cast<std::uint16_t>(t); }
 
-TEST(MessageRoutes, EveryMessageHasItsOwnRoute) {
-  for (std::uint16_t t = type_of(MessageType::hello); t <= type_of(MessageType::barrier); ++t) {
-    const Route& route = route_for(t, kControl);
-    EXPECT_EQ(type_of(route.type), t) << protocol::message_name(t);
-    EXPECT_NE(route.handler, nullptr) << protocol::message_name(t);
-  }
-  // The fixed-body calls are served before the table (data_path_calls.cpp).
-  for (auto t : {MessageType::vector_call, MessageType::version_call, MessageType::barrier_call,
-                 MessageType::atomic_call})
-    EXPECT_EQ(route_for(type_of(t), kCall).type, t);
-  // auth is a session's answer to a challenge (control_session.cpp); the table only refuses it out of turn.
-  EXPECT_EQ(route_for(type_of(MessageType::auth), kControl).type, MessageType::auth);
-  for (std::uint16_t t = type_of(MessageType::begin_repair); t <= type_of(MessageType::mark_stale); ++t)
-    EXPECT_EQ(type_of(route_for(t, kControl).type), t) << protocol::message_name(t);
-  EXPECT_EQ(route_for(type_of(MessageType::segment_clients), kControl).type, MessageType::segment_clients);
-}
-
-TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
-  for (auto t : {MessageType::vector_call, MessageType::version_call, MessageType::barrier_call,
-                 MessageType::atomic_call})
-    EXPECT_EQ(route_for(type_of(t), kCall).runs_on, RunsOn::arrival);
-  // Each request has one encoding per path: the MessagePack forms of the
-  // fixed calls come only over a control connection, and the reverse.
-  for (auto t :
-       {MessageType::hello, MessageType::lock, MessageType::barrier, MessageType::destroy, MessageType::vector_op,
-        MessageType::get_version, MessageType::wait_version, MessageType::begin_repair, MessageType::set_version,
-        MessageType::hold_layout, MessageType::watch_repairs, MessageType::ack_pause, MessageType::pause_holders,
-        MessageType::segment_digest, MessageType::mark_stale, MessageType::segment_clients}) {
+TEST(MessageRoutes, EveryMessageHasItsOwnRouteByItsSchemasPath) {
+  for (const auto& message : protocol::kMessages) {
+    const auto path = message.path == protocol::Path::call ? kCall : kControl;
+    const auto other = path == kCall ? kControl : kCall;
+    const Route& route = route_for(message.number, path);
+    EXPECT_EQ(type_of(route.type), message.number) << message.name;
+    EXPECT_EQ(route.handler != nullptr, path == kControl) << message.name;
+    // Each request has one encoding and one path: the other refuses it.
     try {
-      route_for(type_of(t), kCall);
-      ADD_FAILURE() << protocol::message_name(type_of(t)) << " was routed as a call";
+      route_for(message.number, other);
+      ADD_FAILURE() << message.name << " was routed by the other path";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Errc::protocol);
-      EXPECT_NE(std::string(e.what()).find("not served over the data path"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(other == kCall ? "not served over the data path" : "only over the data path"),
+                std::string::npos)
+          << e.what();
     }
   }
 }
 
+TEST(MessageRoutes, OnlyDataCarryingAndWaitingMessagesComeAsCalls) {
+  std::vector<MessageType> calls;
+  for (const auto& message : protocol::kMessages)
+    if (message.path == protocol::Path::call) calls.push_back(static_cast<MessageType>(message.number));
+  EXPECT_EQ(calls, (std::vector{MessageType::vector_call, MessageType::version_call, MessageType::barrier_call,
+                                MessageType::atomic_call}));
+}
+
 TEST(MessageRoutes, UnknownTypesAreProtocolErrors) {
-  for (int t : {0, type_of(MessageType::segment_clients) + 1, 0x7fff, 0xffff}) {
+  for (int t : {0, 12, 14, 17, protocol::kLastMessage + 1, 0x7fff, 0xffff}) {  // 12, 14, 17: removed (v4)
     try {
       route_for(static_cast<std::uint16_t>(t), kControl);
       ADD_FAILURE() << "type " << t << " was routed";

@@ -49,6 +49,9 @@ std::string layout_of(const char* name, std::size_t size, Fields... offsets) {
 std::string wire_description() {
   std::string wire;
   for (std::uint16_t t = 1; t < 256; ++t) wire += std::to_string(t) + "=" + proto::message_name(t) + ";";
+  for (const auto& m : proto::kMessages)  // the schema: paths and fields
+    wire += std::string(m.name) + (m.path == proto::Path::call ? ":call:" : ":control:") + std::string(m.request) +
+            "->" + std::string(m.reply) + ";";
   for (int c = 0; c <= static_cast<int>(smb::kLastErrc); ++c)  // error codes travel in every reply
     wire += std::to_string(c) + "=" + smb::errc_name(static_cast<smb::Errc>(c)) + ";";
   wire += schema_bytes(proto::encode_vector_call(7, smb::VectorOp::axpy, smb::DType::f32, 64, 3, 0.5, "w",
@@ -62,6 +65,17 @@ std::string wire_description() {
                      {smb::CopyRef{0, 1}}};
   wire += proto::layout_to_body(layout).dump();
   wire += schema_bytes(proto::encode_frame(1, 7, proto::error_reply(smb::Errc::protocol, "why")));
+  wire += layout_of("VectorCallBody", sizeof(proto::VectorCallBody), offsetof(proto::VectorCallBody, source_length),
+                    offsetof(proto::VectorCallBody, offset), offsetof(proto::VectorCallBody, count),
+                    offsetof(proto::VectorCallBody, alpha), offsetof(proto::VectorCallBody, source_offset),
+                    offsetof(proto::VectorCallBody, order));
+  wire += layout_of("VersionCallBody", sizeof(proto::VersionCallBody), offsetof(proto::VersionCallBody, version),
+                    offsetof(proto::VersionCallBody, timeout_ms));
+  wire += layout_of("BarrierCallBody", sizeof(proto::BarrierCallBody), offsetof(proto::BarrierCallBody, session),
+                    offsetof(proto::BarrierCallBody, name_length));
+  wire += layout_of("AtomicCallBody", sizeof(proto::AtomicCallBody), offsetof(proto::AtomicCallBody, offset),
+                    offsetof(proto::AtomicCallBody, order));
+  wire += layout_of("AtomicReplyBody", sizeof(proto::AtomicReplyBody), offsetof(proto::AtomicReplyBody, old));
   using smb::transport::CallHeader;
   wire += layout_of("CallHeader", sizeof(CallHeader), offsetof(CallHeader, token), offsetof(CallHeader, frame_length));
   wire += layout_of("AmPingHeader", sizeof(ucx::AmPingHeader));
@@ -96,7 +110,7 @@ TEST(WireVersion, TheFingerprintBesideTheVersionIsTheWiresOwn) {
   std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(fingerprint));
   EXPECT_EQ(fingerprint, proto::kWireFingerprint)
       << "the wire changed: a message, an error code, a fixed call, the layout record or a transport header. Set "
-         "protocol::kVersion (smb-common/protocol/messages.hpp) to "
+         "protocol::kVersion (smb-common/protocol/message_schema.hpp) to "
       << proto::kVersion + 1 << " and kWireFingerprint beside it to " << hex
       << ", so that peers of different releases fail at hello instead of mid-session";
 }
@@ -138,19 +152,37 @@ TEST(WireVersion, TheCheckpointFormatsFingerprintIsItsOwn) {
       << ", so that a file of another format is refused whole, with both formats named";
 }
 
-// docs/architecture.md's message table ("| N | `name` | ...") lists exactly
-// the messages the code has, under the same numbers.
-TEST(WireVersion, TheArchitecturesMessageTableIsTheCodes) {
+// docs/architecture.md's message table ("| N | `name` | sent to | request ->
+// reply |") lists exactly the schema's messages (message_schema.hpp), under
+// the same numbers; a call's row says "a call" and no other row does; and
+// each row names every field the schema gives its request and reply.
+TEST(WireVersion, TheArchitecturesMessageTableIsTheSchema) {
   std::ifstream in(SMB_TEST_ARCHITECTURE_MD);
   ASSERT_TRUE(in) << SMB_TEST_ARCHITECTURE_MD;
-  const std::regex row(R"(^\| (\d+) \| `([a-z_]+)` \|)");
+  const std::regex row(R"(^\| (\d+) \| `([a-z_]+)` \|(.*)$)");
   std::map<int, std::string> documented;
+  std::map<int, std::string> rows;
   for (std::string line; std::getline(in, line);)
-    if (std::smatch m; std::regex_search(line, m, row)) documented[std::stoi(m[1])] = m[2];
+    if (std::smatch m; std::regex_search(line, m, row)) {
+      documented[std::stoi(m[1])] = m[2];
+      rows[std::stoi(m[1])] = m[3];
+    }
   std::map<int, std::string> coded;
-  for (std::uint16_t t = 1; t < 256; ++t)
-    if (std::string name = proto::message_name(t); name != "unknown") coded[t] = name;
-  EXPECT_EQ(documented, coded) << "docs/architecture.md's \"Messages\" table and protocol::MessageType differ";
+  for (const auto& message : proto::kMessages) coded[message.number] = std::string(message.name);
+  ASSERT_EQ(documented, coded) << "docs/architecture.md's \"Messages\" table and protocol/message_schema.hpp differ";
+  const std::regex field("[A-Za-z_][A-Za-z0-9_]*");
+  for (const auto& message : proto::kMessages) {
+    const std::string& text = rows[message.number];
+    EXPECT_EQ(text.find(", a call |") != std::string::npos, message.path == proto::Path::call)
+        << message.name << ": the row's \"sent to\" says \", a call\" exactly when the schema's path is call";
+    const std::string fields = std::string(message.request) + " " + std::string(message.reply);
+    for (std::sregex_iterator it(fields.begin(), fields.end(), field), end; it != end; ++it) {
+      const std::string name = it->str();
+      if (name == "bin") continue;  // "(bin)": a binary field
+      EXPECT_NE(text.find(name), std::string::npos)
+          << message.name << ": the schema's field '" << name << "' is missing from its row in docs/architecture.md";
+    }
+  }
 }
 
 // What a mismatch says names both versions and the side to upgrade: the
