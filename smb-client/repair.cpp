@@ -13,6 +13,7 @@
 // differs, gives the copy its source's version, and ends by recording the
 // server's new run, which the paused clients adopt as they go on.
 #include "client_core.hpp"
+#include "repair_plan.hpp"
 
 #include "protocol/layout_codec.hpp"
 #include "protocol/striping.hpp"
@@ -45,17 +46,7 @@ constexpr std::size_t kDigestBytes = 16;  // XXH3-128 (smbd's Registry::digest)
 constexpr int kCatchUpPasses = 4;
 constexpr std::uint64_t kSmallEnough = 16;
 
-// One copy to rebuild: copy `replica` on layout server `target`, from copy
-// `source_replica` on server `source`; `in_place` where the target's segment
-// is still there (a stale copy), else it is made anew (a restarted server).
-struct Rebuild {
-  std::uint32_t replica = 0;
-  std::size_t target = 0;
-  std::uint32_t source_replica = 0;
-  std::size_t source = 0;
-  std::uint64_t length = 0;
-  bool in_place = false;
-};
+using client::Rebuild;
 
 struct Range {
   std::uint64_t offset = 0;
@@ -244,34 +235,15 @@ RepairReport ClientCore::repair_once(std::string_view name_view) {
     refresh_links(layout, true);  // a server that restarted since this client last reached it
     const auto states = check(layout);
     std::vector<bool> present(n);
-    std::vector<std::size_t> restarted;
     for (std::size_t i = 0; i < n; ++i) {
       present[i] = states[i] == ShareState::ok;
-      if (states[i] == ShareState::restarted) restarted.push_back(i);
       if (states[i] == ShareState::unreachable) report.unreachable.push_back(layout.servers[i]);
     }
     check_copies_left(layout, present, context);
 
-    const auto is_stale = [&](std::uint32_t r, std::size_t s) {
-      return protocol::is_stale(layout, {r, static_cast<std::uint32_t>(s)});
-    };
-    std::vector<Rebuild> rebuilds;
-    // Copy r on server x, from a copy of its stripes that is present and not stale.
-    const auto rebuild_from_another = [&](std::uint32_t r, std::size_t x, bool in_place) {
-      const auto length = copy_share(layout, r, x);
-      if (length == 0) return;
-      const auto position = protocol::copy_position(static_cast<std::uint32_t>(x), r, static_cast<std::uint32_t>(n));
-      for (std::uint32_t other = 0; other < layout.replicas; ++other) {
-        const auto source = protocol::copy_server(position, other, static_cast<std::uint32_t>(n));
-        if (other == r || !present[source] || is_stale(other, source)) continue;
-        rebuilds.push_back({r, x, other, source, length, in_place});
-        return;
-      }
-    };
-    for (const auto x : restarted)
-      for (std::uint32_t r = 0; r < layout.replicas; ++r) rebuild_from_another(r, x, false);
-    for (const auto& copy : layout.stale)
-      if (present[copy.server]) rebuild_from_another(copy.replica, copy.server, true);
+    // What to rebuild, where, from which copy (repair_plan.hpp).
+    const auto plan = client::plan_repair(layout, states);
+    const auto& rebuilds = plan.rebuilds;
     if (!rebuilds.empty()) {
       for (const auto& rebuild : rebuilds) {
         jobs.push_back(prepare_copy(*this, layout, rebuild, opened, allocated));
@@ -322,18 +294,13 @@ RepairReport ClientCore::repair_once(std::string_view name_view) {
     release(false);
     opened.clear();
     Body end{{"name", name}};
-    auto repaired = layout;
+    auto repaired = client::after_repair(layout, plan);
     if (!rebuilds.empty())
-      for (const auto x : restarted) repaired.instances[x] = link(layout.servers[x]).instance;
+      for (const auto x : plan.restarted) repaired.instances[x] = link(layout.servers[x]).instance;
     if (!rebuilds.empty() || !behind.empty()) end["instances"] = repaired.instances;
     protocol::Body fresh = protocol::Body::array();  // the stale copies among them are fresh again
-    for (const auto& rebuild : rebuilds)
-      if (is_stale(rebuild.replica, rebuild.target)) fresh.push_back({rebuild.replica, rebuild.target});
+    for (const auto& copy : plan.fresh) fresh.push_back({copy.replica, copy.server});
     if (!fresh.empty()) end["fresh"] = std::move(fresh);
-    std::erase_if(repaired.stale, [&](const CopyRef& c) {
-      return std::any_of(rebuilds.begin(), rebuilds.end(),
-                         [&](const Rebuild& b) { return b.replica == c.replica && b.target == c.server; });
-    });
     end_repairs(end);  // the paused clients go on, with the rebuilt copies
     report.records_restored = behind;
     restore_records(repaired, missing, *taken.front(), report);
