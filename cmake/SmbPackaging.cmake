@@ -3,8 +3,8 @@
 #   smbd         the daemon, its systemd units, sysusers file and /etc/smb/smbd.toml
 #   libsmb0      libsmb.so.0
 #   libsmb-dev   headers, the CMake package, smb.pc, the libsmb.so link
-#   smb-tools    smbctl, smb-bench, smbrun
-#   python3-smb  the smb package (smb, smb.torch, smb.tensorflow)
+#   smb-tools    smbctl, smb-bench
+#   python3-smb  the smb package (smb, smb.torch, smb.tensorflow, smb.run) and smbrun
 # Library dependencies come from dpkg-shlibdeps. tests/package/debs.sh
 # builds them, unpacks them into a scratch root and uses what is there.
 set(CPACK_GENERATOR "DEB")
@@ -38,7 +38,6 @@ set(CPACK_DEBIAN_LIBSMB_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libsmb-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME smb-tools)
-set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "python3")  # smbrun
 set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-smb)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "python3")
@@ -49,7 +48,7 @@ cpack_add_component(smbd DISPLAY_NAME "smbd" DESCRIPTION "Soft Memory Box memory
 cpack_add_component(libsmb DISPLAY_NAME "libsmb0" DESCRIPTION "Soft Memory Box client library and update engine")
 cpack_add_component(dev DISPLAY_NAME "libsmb-dev" DESCRIPTION "Soft Memory Box client library: headers, CMake package, pkg-config file"
                     DEPENDS libsmb)
-cpack_add_component(tools DISPLAY_NAME "smb-tools" DESCRIPTION "Soft Memory Box tools: smbctl, smb-bench, smbrun"
+cpack_add_component(tools DISPLAY_NAME "smb-tools" DESCRIPTION "Soft Memory Box tools: smbctl, smb-bench"
                     DEPENDS libsmb)
-cpack_add_component(python DISPLAY_NAME "python3-smb" DESCRIPTION "Soft Memory Box for Python: smb, smb.torch, smb.tensorflow"
+cpack_add_component(python DISPLAY_NAME "python3-smb" DESCRIPTION "Soft Memory Box for Python: smb, smb.torch, smb.tensorflow, and the smbrun launcher"
                     DEPENDS libsmb)

@@ -33,6 +33,8 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev
   # plugins: the smb Python package (pybind11, DLPack) and smb.torch (Debian's torch, CPU, with gloo)
   pybind11-dev libdlpack-dev python3-dev python3-numpy python3-torch python3-sklearn python3-matplotlib python3-h5py python3-torchvision
+  # pip install of the smb package (pyproject.toml), offline, into a virtual environment
+  python3-pip python3-setuptools python3-wheel python3-venv
 )
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }

@@ -45,7 +45,8 @@ for file in usr/bin/smbd usr/bin/smbctl usr/bin/smb-bench usr/bin/smbrun etc/smb
             "usr/lib/$multiarch/libsmb.so.0" "usr/lib/$multiarch/libsmb.so" "usr/lib/$multiarch/pkgconfig/smb.pc" \
             "usr/lib/$multiarch/libsmb-engine.so.0" "usr/lib/$multiarch/libsmb-engine.so" \
             "usr/lib/$multiarch/pkgconfig/smb-engine.pc" \
-            "usr/lib/$multiarch/cmake/smb/smbConfig.cmake" usr/include/smb/smb.h usr/lib/python3/dist-packages/smb/__init__.py; do
+            "usr/lib/$multiarch/cmake/smb/smbConfig.cmake" usr/include/smb/smb.h usr/lib/python3/dist-packages/smb/__init__.py \
+            usr/lib/python3/dist-packages/smb/run.py usr/lib/python3/dist-packages/smb/torch/__init__.py; do
   [[ -e $root/$file ]] || fail "not in the packages: /$file"
 done
 # The programs find libsmb in the root, not the system's (there is none).
@@ -67,4 +68,8 @@ cmake --build "$scratch/consumer" >/dev/null || fail "building with find_package
 "$scratch/consumer/consumer_engine"
 PYTHONPATH=$root/usr/lib/python3/dist-packages /usr/bin/python3 -c \
   "import smb, sys; assert smb.__file__.startswith('$root'), smb.__file__; print('python3-smb: import smb from', smb.__file__)"
+# smbrun ships with the package it runs (smb.run), and runs from the root.
+[[ $(dpkg-deb -c "$(deb python3-smb)") == *" ./usr/bin/smbrun"* ]] || fail "smbrun is not in python3-smb"
+help=$(PYTHONPATH=$root/usr/lib/python3/dist-packages "$root/usr/bin/smbrun" --help) || fail "smbrun --help from the packages"
+[[ $help == *"memory servers"* ]] || fail "smbrun --help: $help"
 echo "packages: $(cd "$build" && ls ./*.deb | tr '\n' ' ')"

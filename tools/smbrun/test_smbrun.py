@@ -6,8 +6,8 @@ TestCase class, or by hand from the source tree:
 
     /usr/bin/python3 tools/smbrun/test_smbrun.py -v [ClassName[.test_name]]
 
-Environment (CTest sets all three; by hand they default to the source tree's
-tools/smbrun/smbrun and build/ci or build/release):
+Environment (CTest sets all three; by hand they default to build/ci's or
+build/release's smbrun, smbd and smb-bench):
     SMBRUN     the smbrun under test
     SMB_SMBD   the smbd it starts (smbrun reads it itself)
     SMB_BENCH  smb-bench, run by the workers
@@ -44,7 +44,7 @@ def find_build_binary(*parts):
     return None
 
 
-SMBRUN = os.environ.get("SMBRUN") or os.path.join(HERE, "smbrun")
+SMBRUN = os.environ.get("SMBRUN") or find_build_binary("tools", "smbrun", "smbrun")
 SMB_BENCH = os.environ.get("SMB_BENCH") or find_build_binary("tools", "smb-bench")
 if not os.environ.get("SMB_SMBD"):
     found = find_build_binary("smb-server", "smbd")

@@ -1,9 +1,8 @@
-#!/usr/bin/python3
 """smbrun: start memory servers and N workers, supervise them, clean up.
 
-A launcher in the manner of horovodrun and torchrun, for Soft Memory Box jobs.
-Run `smbrun --help` for the interface; tools/smbrun/test_smbrun.py tests it.
-Standard library only.
+A launcher in the manner of horovodrun and torchrun, for Soft Memory Box jobs:
+`smbrun ...` or `python3 -m smb.run ...`. Run `smbrun --help` for the
+interface; tools/smbrun/test_smbrun.py tests it. Standard library only.
 """
 
 import argparse
@@ -59,7 +58,7 @@ servers:
   running servers instead and starts none.
   smbd is found by --smbd, else $SMB_SMBD, else next to smbrun in a build
   tree (BUILD/tools/smbrun/smbrun -> BUILD/smb-server/smbd) or an install
-  (bin/smbd), else build/ci or build/release of the source tree, else PATH.
+  (bin/smbd), else on PATH.
 
 environment of each worker (local launch):
   SMB_SERVERS       host:port,... of the servers
@@ -384,7 +383,10 @@ def new_job_id():
 
 
 def script_dir():
-    return os.path.dirname(os.path.realpath(__file__))
+    """Where the command that started us lives: the smbrun entry point
+    (BUILD/tools/smbrun/smbrun, PREFIX/bin/smbrun), or this module under
+    `python3 -m smb.run` (BUILD/python/smb/run.py: smbd is as far up)."""
+    return os.path.dirname(os.path.realpath(sys.argv[0] or __file__))
 
 
 def is_executable(path):
@@ -399,13 +401,9 @@ def find_smbd(explicit):
         return env
     here = script_dir()
     candidates = [
-        os.path.join(here, "..", "..", "smb-server", "smbd"),   # BUILD/tools/smbrun/smbrun
+        os.path.join(here, "..", "..", "smb-server", "smbd"),   # BUILD/tools/smbrun/smbrun, BUILD/python/smb/run.py
         os.path.join(here, "smbd"),                             # installed: bin/smbrun, bin/smbd
     ]
-    source_root = os.path.normpath(os.path.join(here, "..", ".."))  # SRC/tools/smbrun/smbrun
-    if os.path.isfile(os.path.join(source_root, "smb-server", "main.cpp")):
-        for preset in ("ci", "release"):
-            candidates.append(os.path.join(source_root, "build", preset, "smb-server", "smbd"))
     for c in candidates:
         if is_executable(c):
             return os.path.normpath(c)
@@ -413,7 +411,7 @@ def find_smbd(explicit):
     if on_path:
         return on_path
     raise SetupError("cannot find smbd: give --smbd PATH or set SMB_SMBD "
-                     "(looked next to smbrun, in build/ci and build/release, and on PATH)")
+                     "(looked next to smbrun and on PATH)")
 
 
 LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "::1"}
@@ -1041,6 +1039,11 @@ def main(argv):
     args = parse_args(argv)
     launcher = Launcher(args)
     return launcher.run()
+
+
+def console_main():
+    """The `smbrun` console script of a pip install (pyproject.toml)."""
+    return main(sys.argv[1:])
 
 
 if __name__ == "__main__":
