@@ -40,7 +40,7 @@ constexpr std::uint64_t kRepairChunk = 4u << 20;
 constexpr std::size_t kChunksInFlight = 4;
 // Bytes per digest: what a pass recopies where one byte changed.
 constexpr std::uint64_t kDigestChunk = 1u << 20;
-constexpr std::size_t kDigestBytes = 16;  // XXH3-128 (smbd's Registry::digest)
+constexpr std::size_t kDigestBytes = 16;  // XXH3-128 (smbd's SegmentStore::digest)
 // Passes that recopy what clients changed while the copy ran, before the
 // pause; they stop early once a pass finds at most 1/16 of the bytes changed.
 constexpr int kCatchUpPasses = 4;

@@ -49,14 +49,14 @@ void ControlServer::serve_metrics(const std::string& listen) {
 
 // On the io thread, where the registry and the sessions are kept.
 void ControlServer::sample_metrics() {
-  const auto stats = registry_.stats();
+  const auto stats = registry_.store().stats();
   Metrics::Sample now;
   now.capacity = stats.capacity;
   now.used = stats.used;
   now.largest_free = stats.largest_free;
   now.clients = clients_.load();
   now.buffers = stats.buffer_count;
-  for (const auto& b : registry_.buffers("", Metrics::kMaxBufferSeries).items) now.buffer_bytes.emplace_back(b.name, b.bytes);
+  for (const auto& b : registry_.store().buffers("", Metrics::kMaxBufferSeries).items) now.buffer_bytes.emplace_back(b.name, b.bytes);
   metrics_.sample(now);
   metrics_sampler_.expires_after(std::chrono::seconds(1));
   metrics_sampler_.async_wait([this](const boost::system::error_code& ec) {

@@ -29,4 +29,7 @@ struct SessionQuotas {
   std::uint64_t locks = 100'000;               // --max-locks-per-client: held and waiting
 };
 
+// The no_space error of a quota: what this client holds, and the flag that sets the limit.
+[[noreturn]] void over_quota(const char* what, std::uint64_t held, const char* flag);
+
 }  // namespace smb::server

@@ -124,7 +124,7 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
   const auto bound = control->local_endpoint();
   identity.address = listen.host + ":" + std::to_string(bound.port());
 
-  transport->start([&registry](std::uint64_t id) { return registry.resolve(id); },
+  transport->start([&registry](std::uint64_t id) { return registry.store().resolve(id); },
                    [&control](smb::transport::Bytes frame, smb::transport::Bytes payload, smb::transport::Respond respond) {
                      control->serve_call(std::move(frame), std::move(payload), std::move(respond));
                    },

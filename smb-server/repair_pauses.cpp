@@ -14,12 +14,12 @@ constexpr std::chrono::milliseconds kMaxWatch{60'000};  // a watch answers {} af
 using protocol::Body;
 
 Body RepairPauses::layout_reply(const std::string& name) const {
-  return protocol::ok_reply({{"layout", protocol::layout_to_body(registry_.get_layout(name))}});
+  return protocol::ok_reply({{"layout", protocol::layout_to_body(registry_.catalog().get_layout(name))}});
 }
 
 Body RepairPauses::hold(SessionId session, const Body& request) {
   const auto name = protocol::get_name(request, "name", "hold_layout");
-  const auto layout = registry_.get_layout(name);
+  const auto layout = registry_.catalog().get_layout(name);
   Body reply{{"layout", protocol::layout_to_body(layout)}};
   auto it = buffers_.find(name);
   if (it != buffers_.end() && it->second.pause) {
@@ -90,7 +90,7 @@ void RepairPauses::tell_news(SessionId holder) {
   news->second.erase(news->second.begin());
   if (news->second.empty()) news_.erase(news);
   try {
-    answer_watch(holder, Body{{"stale", name}, {"layout", protocol::layout_to_body(registry_.get_layout(name))}});
+    answer_watch(holder, Body{{"stale", name}, {"layout", protocol::layout_to_body(registry_.catalog().get_layout(name))}});
   } catch (const Error&) {
     // destroyed meanwhile: nothing to tell
   }
@@ -146,7 +146,7 @@ void RepairPauses::pause(SessionId session, const Body& request, const ReplyFn& 
   const char* what = "pause_holders";
   const auto name = protocol::get_name(request, "name", what);
   const auto wait = wait_timeout(request, "timeout_ms", what);
-  registry_.check_repairer(session, name);
+  registry_.catalog().check_repairer(session, name);
   auto& buffer = buffers_[name];
   if (buffer.pause) throw Error(Errc::busy, "pause_holders: '" + name + "' is paused already");
   auto timer = std::make_shared<boost::asio::steady_timer>(io_, wait);

@@ -45,7 +45,7 @@ Body page_reply(Body fields, const char* items, const Page<T>& page, Body list) 
 // this server within this server's capacity (layout_from_body has checked
 // the geometry and the bounds every server shares).
 void RequestHandler::check_fits(const Layout& layout) const {
-  const auto capacity = registry_.stats().capacity;
+  const auto capacity = registry_.store().stats().capacity;
   for (std::size_t i = 0; i < layout.servers.size(); ++i) {
     if (layout.servers[i] != identity_.address) continue;
     if (layout.shares[i] > capacity)
@@ -75,27 +75,27 @@ Body RequestHandler::reserve_name(SessionId session, const Body& req) {
   if (it == req.end()) throw Error(Errc::protocol, "reserve_name: no layout");
   auto layout = protocol::layout_from_body(*it, "reserve_name");
   check_fits(layout);
-  registry_.reserve_name(session, layout);
+  registry_.catalog().reserve_name(session, layout);
   return protocol::ok_reply();
 }
 
 Body RequestHandler::commit_layout(SessionId session, const Body& req) {
-  registry_.commit_layout(session, protocol::get_name(req, "name", "commit_layout"));
+  registry_.catalog().commit_layout(session, protocol::get_name(req, "name", "commit_layout"));
   return protocol::ok_reply();
 }
 
 Body RequestHandler::abandon_name(SessionId session, const Body& req) {
-  registry_.abandon_name(session, protocol::get_name(req, "name", "abandon_name"));
+  registry_.catalog().abandon_name(session, protocol::get_name(req, "name", "abandon_name"));
   return protocol::ok_reply();
 }
 
 Body RequestHandler::get_layout(SessionId, const Body& req) {
   return protocol::ok_reply(
-      {{"layout", protocol::layout_to_body(registry_.get_layout(protocol::get_name(req, "name", "get_layout")))}});
+      {{"layout", protocol::layout_to_body(registry_.catalog().get_layout(protocol::get_name(req, "name", "get_layout")))}});
 }
 
 Body RequestHandler::begin_repair(SessionId session, const Body& req) {
-  return protocol::ok_reply({{"layout", protocol::layout_to_body(registry_.begin_repair(
+  return protocol::ok_reply({{"layout", protocol::layout_to_body(registry_.catalog().begin_repair(
                                             session, protocol::get_name(req, "name", "begin_repair")))}});
 }
 
@@ -122,7 +122,7 @@ Body RequestHandler::end_repair(SessionId session, const Body& req) {
   const auto name = protocol::get_name(req, "name", what);
   const auto fresh = copy_refs(req, "fresh", what);
   if (!req.contains("instances")) {
-    registry_.end_repair(session, name, nullptr, fresh);
+    registry_.catalog().end_repair(session, name, nullptr, fresh);
     return protocol::ok_reply();
   }
   const auto& list = req["instances"];
@@ -134,7 +134,7 @@ Body RequestHandler::end_repair(SessionId session, const Body& req) {
     if (!v.is_number_unsigned()) throw Error(Errc::invalid_argument, "end_repair: 'instances' must hold numbers");
     instances.push_back(v.get<std::uint64_t>());
   }
-  registry_.end_repair(session, name, &instances, fresh);
+  registry_.catalog().end_repair(session, name, &instances, fresh);
   return protocol::ok_reply();
 }
 
@@ -147,7 +147,7 @@ Body RequestHandler::mark_stale(SessionId session, const Body& req) {
     throw Error(Errc::invalid_argument, "mark_stale: no copy " + std::to_string(replica) + " on server " +
                                             std::to_string(server) + " in any layout");
   const CopyRef copy{static_cast<std::uint32_t>(replica), static_cast<std::uint32_t>(server)};
-  const auto [layout, added] = registry_.mark_stale(name, copy);
+  const auto [layout, added] = registry_.catalog().mark_stale(name, copy);
   if (added)
     spdlog::warn("buffer '{}': copy {} on {} fell behind the others (session {}: {}); 'smbctl repair' rebuilds it",
                  name, copy.replica, layout.servers[copy.server], session,
@@ -158,8 +158,8 @@ Body RequestHandler::mark_stale(SessionId session, const Body& req) {
 Body RequestHandler::segment_clients(SessionId, const Body& req) {
   const auto name = protocol::get_segment_name(req, "name", "segment_clients");
   Body clients = Body::array();
-  for (const auto session : registry_.segment_sessions(name)) clients.push_back(identities_.of(session));
-  return protocol::ok_reply({{"clients", std::move(clients)}, {"behind", registry_.is_behind(name)}});
+  for (const auto session : registry_.store().segment_sessions(name)) clients.push_back(identities_.of(session));
+  return protocol::ok_reply({{"clients", std::move(clients)}, {"behind", registry_.store().is_behind(name)}});
 }
 
 Body RequestHandler::segment_digest(const Body& req) {
@@ -170,30 +170,30 @@ Body RequestHandler::segment_digest(const Body& req) {
   if (chunk < 4096 || length > protocol::kMaxDigests * chunk)
     throw Error(Errc::invalid_argument, "segment_digest: chunk must be at least 4096 bytes and the length at most " +
                                             std::to_string(protocol::kMaxDigests) + " chunks");
-  return protocol::ok_reply({{"digests", protocol::binary(registry_.digest(protocol::get_segment_name(req, "name", what),
+  return protocol::ok_reply({{"digests", protocol::binary(registry_.store().digest(protocol::get_segment_name(req, "name", what),
                                                                           protocol::get_u64(req, "offset", what),
                                                                           length, chunk))}});
 }
 
 Body RequestHandler::set_version(SessionId, const Body& req) {
   const char* what = "set_version";
-  registry_.set_version(protocol::get_segment_name(req, "name", what), protocol::get_u64(req, "version", what));
+  registry_.store().set_version(protocol::get_segment_name(req, "name", what), protocol::get_u64(req, "version", what));
   return protocol::ok_reply();
 }
 
 Body RequestHandler::alloc_segment(SessionId session, const Body& req) {
   const char* what = "alloc_segment";
   return protocol::ok_reply(segment_body(
-      registry_.alloc_segment(session, protocol::get_segment_name(req, "name", what), protocol::get_u64(req, "length", what))));
+      registry_.store().alloc_segment(session, protocol::get_segment_name(req, "name", what), protocol::get_u64(req, "length", what))));
 }
 
 Body RequestHandler::open_segment(SessionId session, const Body& req) {
   return protocol::ok_reply(
-      segment_body(registry_.open_segment(session, protocol::get_segment_name(req, "name", "open_segment"))));
+      segment_body(registry_.store().open_segment(session, protocol::get_segment_name(req, "name", "open_segment"))));
 }
 
 Body RequestHandler::close_segment(SessionId session, const Body& req) {
-  registry_.close_segment(session, protocol::get_segment_name(req, "name", "close_segment"));
+  registry_.store().close_segment(session, protocol::get_segment_name(req, "name", "close_segment"));
   return protocol::ok_reply();
 }
 
@@ -216,8 +216,8 @@ Body activity_body(const ServerActivity& t) {
 
 Body RequestHandler::stat(SessionId, const Body& req) {
   const char* what = "stat";
-  const auto s = registry_.stats();
-  const auto page = registry_.buffers(page_after(req, what), page_limit(req, what));
+  const auto s = registry_.store().stats();
+  const auto page = registry_.store().buffers(page_after(req, what), page_limit(req, what));
   Body buffers = Body::array();
   for (const auto& b : page.items)
     buffers.push_back({{"name", b.name}, {"bytes", b.bytes}, {"open_handles", b.open_handles}});
@@ -236,14 +236,14 @@ Body RequestHandler::stat(SessionId, const Body& req) {
 
 Body RequestHandler::list_layouts(SessionId, const Body& req) {
   const char* what = "list_layouts";
-  const auto page = registry_.list_layouts(page_after(req, what), page_limit(req, what));
+  const auto page = registry_.catalog().list_layouts(page_after(req, what), page_limit(req, what));
   Body layouts = Body::array();
   for (const auto& l : page.items) layouts.push_back(protocol::layout_to_body(l));
   return page_reply(Body::object(), "layouts", page, std::move(layouts));
 }
 
 Body RequestHandler::get_version(SessionId, const Body& req) {
-  return protocol::ok_reply({{"version", registry_.version(protocol::get_segment_name(req, "name", "get_version"))}});
+  return protocol::ok_reply({{"version", registry_.store().version(protocol::get_segment_name(req, "name", "get_version"))}});
 }
 
 }  // namespace smb::server

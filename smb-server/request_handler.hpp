@@ -41,7 +41,7 @@ class RequestHandler {
   Body stat(SessionId session, const Body& request);
   Body list_layouts(SessionId session, const Body& request);
   Body get_version(SessionId session, const Body& request);
-  // Repair (Registry::begin_repair and after).
+  // Repair (LayoutCatalog::begin_repair and after).
   Body begin_repair(SessionId session, const Body& request);
   Body end_repair(SessionId session, const Body& request);
   Body segment_digest(const Body& request);  // any thread
@@ -50,12 +50,14 @@ class RequestHandler {
   // Who holds a segment open, by client identity (ClientIdentities).
   Body segment_clients(SessionId session, const Body& request);
   // An ordered op on segment `name` waited in vain for the op before it.
-  void fell_behind(const std::string& name) { registry_.fell_behind(name); }
+  void fell_behind(const std::string& name) { registry_.store().fell_behind(name); }
   // Runs a vector op (vector_runs.hpp); with `wait` false: nullopt when
   // another op holds the buffer. Returns the buffer's version after it.
-  std::optional<Applied> apply(const VectorRequest& request, bool wait) { return registry_.apply(request, wait); }
+  std::optional<Applied> apply(const VectorRequest& request, bool wait) { return registry_.store().apply(request, wait); }
   // The version of this server's segment of `name`, read between ops.
-  Registry::SettledVersion settled_version(const std::string& name) const { return registry_.settled_version(name); }
+  SegmentStore::SettledVersion settled_version(const std::string& name) const {
+    return registry_.store().settled_version(name);
+  }
 
  private:
   void check_fits(const Layout& layout) const;

@@ -19,7 +19,7 @@ void apply_vector_op(VectorOp op, DType type, std::byte* y, const std::byte* x, 
 bool is_integral_alpha(double alpha) noexcept;
 // Throws Error(invalid_argument), its message starting with `what`, for
 // axpy or scale on an integer type with an alpha is_integral_alpha refuses.
-// Registry::apply calls it up front, with the buffer's name in `what`.
+// SegmentStore::apply calls it up front, with the buffer's name in `what`.
 void check_alpha(VectorOp op, DType type, double alpha, const std::string& what);
 // What check_alpha checks, without building an error text.
 bool alpha_allowed(VectorOp op, DType type, double alpha) noexcept;

@@ -16,7 +16,7 @@ void VersionWaits::wait(SessionId session, const std::string& name, std::uint64_
   {
     std::lock_guard lock(mutex_);
     try {
-      now = registry_.version(name);  // throws not_found
+      now = registry_.store().version(name);  // throws not_found
     } catch (...) {
       --count_;
       throw;
@@ -41,7 +41,7 @@ void VersionWaits::advanced(const std::string& name) {
     auto found = waiters_.find(name);
     if (found == waiters_.end()) return;
     try {
-      now = registry_.version(name);
+      now = registry_.store().version(name);
     } catch (const Error&) {
       return;  // destroyed meanwhile: the waiters time out
     }
