@@ -58,6 +58,7 @@ using detail::ClientCore;
 
 namespace client {
 class ServerCalls;
+class RepairJob;
 }
 
 namespace detail {
@@ -76,7 +77,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::vector<Layout> list();
   Layout info(std::string_view name);
   std::vector<ShareState> check(const Layout& layout);
-  RepairReport repair(std::string_view name);  // repair.cpp: repair_once, again while a client cannot be paused yet
+  RepairReport repair(std::string_view name);  // repair.cpp: a RepairJob, again while a client cannot be paused yet
   std::map<std::string, std::string> unreachable_servers() const;
   std::vector<std::string> describe_paths();
 
@@ -136,10 +137,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   client::ServerLink& connect(const std::string& server);
   void stat_of(const std::string& server, ServerStatus& out);
   void note_unreachable(const std::string& server, const Error& e);
-  RepairReport repair_once(std::string_view name);
-  // Repair (repair.cpp): the layout record written back to `keepers` that lost it.
-  void restore_records(const Layout& layout, const std::vector<std::string>& keepers, client::ServerLink& current,
-                       RepairReport& report);
+  // A repair's phases use the keepers, links and checks above (repair_job.hpp).
+  friend class client::RepairJob;
   // Throws Errc::data_lost where a server of `layout` restarted since it was made.
   void check_not_lost(const Layout& layout, const std::string& context);
   // Throws Errc::data_lost where no copy of some stripes is `present`.

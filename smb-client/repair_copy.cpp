@@ -1,0 +1,206 @@
+#include "repair_copy.hpp"
+
+#include "protocol/layout_codec.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <future>
+
+namespace smb::client {
+
+using protocol::Body;
+using protocol::MessageType;
+
+namespace {
+
+// Bytes per read and write while copying, and chunks being read or written at once.
+constexpr std::uint64_t kRepairChunk = 4u << 20;
+constexpr std::size_t kChunksInFlight = 4;
+// Bytes per digest: what a pass recopies where one byte changed.
+constexpr std::uint64_t kDigestChunk = 1u << 20;
+constexpr std::size_t kDigestBytes = 16;  // XXH3-128 (smbd's SegmentStore::digest)
+
+// The digests of a copy's segment, kDigestChunk bytes each, computed by its server.
+std::vector<std::uint8_t> digests(ServerLink& l, const std::string& segment, std::uint64_t length) {
+  std::vector<std::uint8_t> out;
+  constexpr std::uint64_t kPerCall = protocol::kMaxDigests * kDigestChunk;
+  for (std::uint64_t at = 0; at < length; at += kPerCall) {
+    const auto n = std::min(kPerCall, length - at);
+    auto reply = l.control->call(MessageType::segment_digest,
+                                 {{"name", segment}, {"offset", at}, {"length", n}, {"chunk", kDigestChunk}});
+    const auto got = protocol::get_binary(reply, "digests", "segment_digest");
+    if (got.size() != (n + kDigestChunk - 1) / kDigestChunk * kDigestBytes)
+      throw Error(Errc::protocol, "server " + l.control->peer() + ": " + std::to_string(got.size()) +
+                                      " bytes of digests for " + std::to_string(n) + " bytes of '" + segment + "'");
+    out.insert(out.end(), got.begin(), got.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Range> whole(std::uint64_t length) {
+  std::vector<Range> out;
+  for (std::uint64_t at = 0; at < length; at += kRepairChunk) out.push_back({at, std::min(kRepairChunk, length - at)});
+  return out;
+}
+
+std::uint64_t total(const std::vector<Range>& ranges) {
+  std::uint64_t sum = 0;
+  for (const auto& r : ranges) sum += r.length;
+  return sum;
+}
+
+// Makes the segment of the copy on a restarted server (a new one: one there
+// is what an interrupted repair left, which no client uses), or opens the
+// stale one that clients hold (in place), and opens its source.
+CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebuild, SegmentsAt& opened,
+                     SegmentsAt& allocated) {
+  const auto target = rebuild.target;
+  const auto source = rebuild.source;
+  CopyJob job;
+  job.length = rebuild.length;
+  job.in_place = rebuild.in_place;
+  job.target_name = protocol::segment_name(layout.name, rebuild.replica);
+  job.source_name = protocol::segment_name(layout.name, rebuild.source_replica);
+  job.to = &core.link(layout.servers[target]);
+  job.from = &core.link(layout.servers[source]);
+  const Body alloc{{"name", job.target_name}, {"length", job.length}};
+  Body made;
+  if (rebuild.in_place) {
+    made = job.to->control->call(MessageType::open_segment, {{"name", job.target_name}});
+  } else {
+    try {
+      made = job.to->control->call(MessageType::alloc_segment, alloc);
+    } catch (const Error& e) {
+      if (e.code() != Errc::already_exists) throw;
+      job.to->control->call(MessageType::destroy, {{"name", job.target_name}});
+      made = job.to->control->call(MessageType::alloc_segment, alloc);
+    }
+    allocated.emplace_back(layout.servers[target], job.target_name);
+  }
+  opened.emplace_back(layout.servers[target], job.target_name);
+  job.target = job.to->channel->attach(segment_from(made, rebuild.in_place ? "open_segment" : "alloc_segment"));
+  if (rebuild.in_place && job.target->descriptor().length != job.length)
+    throw Error(Errc::protocol, "server " + layout.servers[target] + ": its stale copy is " +
+                                    std::to_string(job.target->descriptor().length) + " bytes, the layout says " +
+                                    std::to_string(job.length));
+  auto source_reply = job.from->control->call(MessageType::open_segment, {{"name", job.source_name}});
+  opened.emplace_back(layout.servers[source], job.source_name);
+  job.source = job.from->channel->attach(segment_from(source_reply, "open_segment"));
+  if (job.source->descriptor().length != job.length)
+    throw Error(Errc::protocol, "server " + layout.servers[source] + ": its copy is " +
+                                    std::to_string(job.source->descriptor().length) + " bytes, the layout says " +
+                                    std::to_string(job.length));
+  return job;
+}
+
+// Before the final pass. A source that its server says fell behind its
+// primary lacks ops the lost copy had: copying it would record old data as
+// whole, so the repair fails (data_lost). And whoever holds open a copy
+// that this repair copies from (or rebuilds in place) can write it, and
+// what one writes after the final pass's digests
+// would be missing from the rebuilt copy: the repair would then record as
+// whole a copy that lacks acknowledged writes and ops. Holders of the
+// record are paused by now; a client with the copy open that holds the
+// record at no keeper we paused through (its keepers restarted, and it has
+// not held again yet) cannot be, so the repair ends here, changing
+// nothing. This client's own session counts only where it has the buffer
+// open itself: the copy jobs' handles are its own.
+void check_sources(ClientCore& core, const std::string& name, const std::vector<CopyJob>& jobs,
+                   const std::set<std::uint64_t>& paused) {
+  const bool own_open = core.has_open(name);
+  std::set<std::pair<ServerLink*, std::string>> checked;
+  for (const auto& job : jobs) {
+    std::vector<std::pair<ServerLink*, std::string>> copies{{job.from, job.source_name}};
+    if (job.in_place) copies.emplace_back(job.to, job.target_name);
+    for (const auto& [link, segment] : copies) {
+      if (!checked.insert({link, segment}).second) continue;
+      const auto reply = link->control->call(MessageType::segment_clients, {{"name", segment}});
+      if (segment == job.source_name && link == job.from && reply.value("behind", false))
+        throw Error(Errc::data_lost, "copy '" + segment + "' on server " + link->control->peer() +
+                                         ", the one left to rebuild from, fell behind its primary (an op before one "
+                                         "it was sent never came) and lacks ops the other had: it is not copied");
+      std::size_t unpaused = 0;
+      for (const auto& entry : reply.value("clients", Body::array())) {
+        const auto id = entry.is_number_unsigned() ? entry.get<std::uint64_t>() : 0;
+        if (id == core.id() && !own_open) continue;
+        if (id == 0 || !paused.contains(id)) ++unpaused;
+      }
+      if (unpaused > 0)
+        throw UnpausedWriters(Errc::busy,
+                              std::to_string(unpaused) + " client(s) with copy '" + segment + "' open on server " +
+                                  link->control->peer() +
+                                  " were not paused: they hold the buffer at no keeper "
+                                  "this repair reached (a client whose keepers restarted holds there again "
+                                  "within a second of their return), so their writes could miss the rebuilt "
+                                  "copy; nothing was changed: retry");
+    }
+  }
+}
+
+// Where the two copies differ, by their servers' digests (both computed at
+// once), in ranges of adjacent chunks.
+std::vector<Range> differing(CopyJob& job) {
+  auto source = std::async(std::launch::async, [&] { return digests(*job.from, job.source_name, job.length); });
+  const auto target = digests(*job.to, job.target_name, job.length);
+  const auto expected = source.get();
+  std::vector<Range> out;
+  for (std::uint64_t k = 0; k * kDigestChunk < job.length; ++k) {
+    if (std::memcmp(&expected[k * kDigestBytes], &target[k * kDigestBytes], kDigestBytes) == 0) continue;
+    const auto offset = k * kDigestChunk;
+    const auto length = std::min(kDigestChunk, job.length - offset);
+    if (!out.empty() && out.back().offset + out.back().length == offset && out.back().length + length <= kRepairChunk)
+      out.back().length += length;
+    else
+      out.push_back({offset, length});
+  }
+  return out;
+}
+
+// Copies `ranges` (each at most kRepairChunk) from the source to the
+// target, a few in flight: each is read while the reads after it run, then
+// written; its slot is reused once that write completed.
+void copy_ranges(ClientCore& core, CopyJob& job, const std::vector<Range>& ranges) {
+  const auto transfer = [&](ServerLink& l, const char* op, std::uint64_t offset, std::uint64_t bytes) {
+    auto state = std::make_shared<Request::State>();
+    state->client = core.shared_from_this();
+    state->links.push_back(&l);
+    state->what = [op, offset, bytes, server = l.control->peer()] {
+      return std::string(op) + " of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+             " of a copy on " + server;
+    };
+    state->completion->expect();
+    return state;
+  };
+  struct Slot {
+    std::vector<std::byte> bytes;
+    Request read, write;
+    std::uint64_t offset = 0;
+  };
+  std::array<Slot, kChunksInFlight> ring;
+  const auto write_out = [&](Slot& slot) {
+    slot.read.wait();
+    auto put = transfer(*job.to, "write", slot.offset, slot.bytes.size());
+    job.to->channel->put(*job.target, slot.offset, slot.bytes.data(), slot.bytes.size(), put->completion);
+    slot.write = Request(put);
+    slot.read = Request();
+  };
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
+    auto& slot = ring[k % ring.size()];
+    if (slot.read.valid()) write_out(slot);  // the oldest chunk: written before its slot is reused
+    if (slot.write.valid()) slot.write.wait();
+    slot.offset = ranges[k].offset;
+    slot.bytes.resize(ranges[k].length);
+    auto read = transfer(*job.from, "read", slot.offset, slot.bytes.size());
+    job.from->channel->get(*job.source, slot.offset, slot.bytes.data(), slot.bytes.size(), read->completion);
+    slot.read = Request(read);
+  }
+  for (auto& slot : ring)
+    if (slot.read.valid()) write_out(slot);
+  for (auto& slot : ring)
+    if (slot.write.valid()) slot.write.wait();
+}
+
+}  // namespace smb::client

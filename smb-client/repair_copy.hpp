@@ -1,0 +1,59 @@
+#pragma once
+// A repair's copying (repair_job.hpp runs it): one copy being rebuilt, its
+// target segment made or opened and its source opened; copying ranges of
+// it a few chunks in flight; finding, by the two servers' digests, the
+// chunks that differ; and checking, before the final pass, that nobody
+// unpaused could still write what is being copied.
+#include "client_core.hpp"
+#include "repair_plan.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace smb::client {
+
+// A repair that found a client with a copy open whom it could not pause
+// (check_sources): it changed nothing, and is tried again.
+struct UnpausedWriters : Error {
+  using Error::Error;
+};
+
+struct Range {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+
+// Ranges of at most kRepairChunk covering [0, length).
+std::vector<Range> whole(std::uint64_t length);
+std::uint64_t total(const std::vector<Range>& ranges);
+
+// A copy being rebuilt: the segment made for it and the one it copies.
+struct CopyJob {
+  ServerLink* to = nullptr;
+  ServerLink* from = nullptr;
+  std::string target_name, source_name;
+  std::unique_ptr<transport::RemoteSegment> target, source;
+  std::uint64_t length = 0;
+  bool in_place = false;
+};
+
+// (server, segment) pairs a repair opened or made, to close or destroy when it ends.
+using SegmentsAt = std::vector<std::pair<std::string, std::string>>;
+
+// Makes the segment of the copy on a restarted server, or opens the stale
+// one in place, and opens its source; adds what it opened and made.
+CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebuild, SegmentsAt& opened,
+                     SegmentsAt& allocated);
+// Where the two copies differ, by their servers' digests.
+std::vector<Range> differing(CopyJob& job);
+void copy_ranges(ClientCore& core, CopyJob& job, const std::vector<Range>& ranges);
+// Before the final pass: no source behind its primary (data_lost), and no
+// client with a copied segment open that was not paused (UnpausedWriters).
+void check_sources(ClientCore& core, const std::string& name, const std::vector<CopyJob>& jobs,
+                   const std::set<std::uint64_t>& paused);
+
+}  // namespace smb::client
