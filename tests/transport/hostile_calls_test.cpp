@@ -34,6 +34,14 @@ class HostileCallsTest : public testing::Test {
     return raw_->call(type, frame, payload);
   }
 
+  // A segment made over the fixture's own control session; its reply body.
+  nlohmann::json alloc(const std::string& name, std::uint64_t length) {
+    raw_->control().send(test::msgpack_frame(test::type_of(MessageType::alloc_segment), 2,
+                                             {{"name", name}, {"length", length}}));
+    const auto reply = raw_->control().receive();
+    return reply ? reply->body : nlohmann::json();
+  }
+
   void expect_refused(MessageType type, Bytes frame, Errc code, const char* what) {
     const auto reply = call(type, frame);
     EXPECT_EQ(reply.code, code) << what << ": " << reply.message;
@@ -88,18 +96,9 @@ TEST_F(HostileCallsTest, ABarrierMetByCallsAnswersEveryParty) {
 // and the copy then refuses ordered ops at once until set_version.
 // Segment names with a copy suffix are checked.
 TEST_F(HostileCallsTest, OrderedCallsRunInTheirOrderAndGapsTimeOut) {
-  test::RawConnection raw(server_->address());
-  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::hello), 1, {{"client", "ordered"}, {"transport", "ucx"}}));
-  ASSERT_TRUE(raw.receive());
-  const auto alloc = [&](const std::string& name) {
-    raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::alloc_segment), 2,
-                                 {{"name", name}, {"length", 64}}));
-    auto reply = raw.receive();
-    return reply ? reply->body : nlohmann::json();
-  };
   for (const char* bad : {"w#r0", "w#q1", "w#r12", "#r1", "w#r1#r1"})
-    EXPECT_EQ(alloc(bad).value("errc", 0), static_cast<int>(Errc::invalid_argument)) << bad;
-  ASSERT_TRUE(alloc("w#r1").value("ok", false)) << server_->log();
+    EXPECT_EQ(alloc(bad, 64).value("errc", 0), static_cast<int>(Errc::invalid_argument)) << bad;
+  ASSERT_TRUE(alloc("w#r1", 64).value("ok", false)) << server_->log();
 
   const auto scale = [](std::uint32_t id, std::uint64_t order) {
     return encode_vector_call(id, VectorOp::scale, DType::f32, 0, 16, 2, "w#r1", std::nullopt, 0, order);
@@ -133,8 +132,8 @@ TEST_F(HostileCallsTest, OrderedCallsRunInTheirOrderAndGapsTimeOut) {
   expect_refused(MessageType::vector_call, scale(7, 5), Errc::out_of_order, "an ordered op on a copy left behind");
   EXPECT_LT(std::chrono::steady_clock::now() - refused_at, 4s) << "it waited for the gap again";
   // ...until a repair gives it its source's version.
-  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::set_version), 3, {{"name", "w#r1"}, {"version", 7}}));
-  const auto set = raw.receive();
+  raw_->control().send(test::msgpack_frame(test::type_of(MessageType::set_version), 3, {{"name", "w#r1"}, {"version", 7}}));
+  const auto set = raw_->control().receive();
   ASSERT_TRUE(set && set->body.value("ok", false)) << (set ? set->body.dump() : "no reply");
   EXPECT_EQ(call(MessageType::vector_call, scale(8, 8)).version, 8u) << "an ordered op after the repair";
 }
@@ -143,12 +142,7 @@ TEST_F(HostileCallsTest, OrderedCallsRunInTheirOrderAndGapsTimeOut) {
 // take their place in the same order as vector ops, and refuse a word that
 // is misaligned, past the segment, or on an unknown segment.
 TEST_F(HostileCallsTest, AtomicCallsAnswerTheOldWordInTheCopysOrder) {
-  test::RawConnection raw(server_->address());
-  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::hello), 1, {{"client", "atomics"}, {"transport", "ucx"}}));
-  ASSERT_TRUE(raw.receive());
-  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::alloc_segment), 2, {{"name", "a#r1"}, {"length", 64}}));
-  const auto made = raw.receive();
-  ASSERT_TRUE(made && made->body.value("ok", false)) << server_->log();
+  ASSERT_TRUE(alloc("a#r1", 64).value("ok", false)) << server_->log();
   const auto add = [](std::uint32_t id, std::uint64_t offset, std::uint64_t value, std::uint64_t order = 0) {
     return encode_atomic_call(id, AtomicKind::fetch_add, "a#r1", offset, value, 0, order);
   };
@@ -184,12 +178,7 @@ TEST_F(HostileCallsTest, AtomicCallsAnswerTheOldWordInTheCopysOrder) {
 // kernel loads it (it read misaligned doubles before: found by
 // fuzz_requests), and the target keeps what it held.
 TEST_F(HostileCallsTest, MisalignedSourceOffsetsAreRefused) {
-  test::RawConnection raw(server_->address());
-  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::hello), 1, {{"client", "aligned"}, {"transport", "ucx"}}));
-  ASSERT_TRUE(raw.receive());
-  raw.send(test::msgpack_frame(static_cast<std::uint16_t>(MessageType::alloc_segment), 2, {{"name", "aligned"}, {"length", 4096}}));
-  const auto made = raw.receive();
-  ASSERT_TRUE(made && made->body.value("ok", false)) << server_->log();
+  ASSERT_TRUE(alloc("aligned", 4096).value("ok", false)) << server_->log();
   const auto word = [](std::uint32_t id, std::uint64_t add) {
     return encode_atomic_call(id, AtomicKind::fetch_add, "aligned", 0, add);
   };
