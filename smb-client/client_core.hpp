@@ -3,6 +3,7 @@
 // channel) per memory server, and the buffer-level control flows
 // (create/open/destroy) that span servers.
 #include "control_connection.hpp"
+#include "data_path.hpp"
 #include "op_gate.hpp"
 #include "protocol/fixed_calls.hpp"
 #include "protocol/striping.hpp"
@@ -59,6 +60,8 @@ using detail::ClientCore;
 namespace client {
 class ServerCalls;
 class RepairJob;
+class StripedPath;
+class ReplicatedPath;
 }
 
 namespace detail {
@@ -242,7 +245,9 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   client::OpGate& gate() { return gate_; }
   void adopt(const Layout& layout);
   // Copies other clients found behind (Layout::stale): no longer used.
-  void learn_stale(const std::vector<CopyRef>& stale);
+  void learn_stale(const std::vector<CopyRef>& stale) { path_->learn_stale(stale); }
+  // Each request is checked here, then carried by the buffer's data path
+  // (data_path.hpp: striped or replicated, chosen at open).
   Request write(std::uint64_t offset, std::span<const std::byte> data);
   Request read(std::uint64_t offset, std::span<std::byte> out);
   std::uint64_t atomic(bool compare_swap, std::uint64_t offset, std::uint64_t a, std::uint64_t b);
@@ -256,6 +261,10 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   std::uint64_t wait_version(std::uint64_t version, std::chrono::milliseconds timeout);
 
  private:
+  // The strategies work on the buffer's segments, links and requests below.
+  friend class client::StripedPath;
+  friend class client::ReplicatedPath;
+
   std::string describe(const char* op, std::uint64_t offset, std::uint64_t length) const;
   void check_range(const char* op, std::uint64_t offset, std::uint64_t length) const;
   std::uint32_t replicas() const { return layout_.replicas; }
@@ -268,82 +277,21 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
     return segments_[std::size_t{replica} * server_count() + server].load(std::memory_order_acquire);
   }
   client::ServerLink* link_at(std::uint32_t server) const { return links_[server].load(std::memory_order_acquire); }
-  // Whether copy r on `server` can take ops: held there, server alive, not
-  // left behind by its primary (stale_).
-  bool usable(std::uint32_t replica, std::uint32_t server);
   bool alive(std::uint32_t server) const { return link_at(server) != nullptr && link_at(server)->alive(); }
-  // This client leaves copy r on `server`: its server was lost, or the copy
-  // missed an op. Recorded at the keepers for every client (Layout::stale);
-  // where the server still `lives`, throws data_lost where that would leave
-  // no copy of its stripes (then the copies diverged), and unreachable where
-  // no keeper could record it (the op that missed it must not be
-  // acknowledged).
-  void mark_stale(std::uint32_t replica, std::uint32_t server, const std::string& why, bool lives);
-  // Before reads or ordered ops fall over to a later copy because a server
-  // was lost: the copies other clients recorded stale (once per loss).
-  void learn_after_losses();
-  // The first usable copy of position p's stripes; throws server_gone, naming
-  // the buffer and `op`, when none is (the text is built only then).
-  std::uint32_t first_usable(std::uint32_t position, const char* op);
-  // For an op that changes the buffer: whether copy r on `server` takes it.
-  // One this client cannot use and knows no reason for (its server was down
-  // when the buffer was opened here, or its link died before an op failed
-  // on it) is recorded stale first: its server may live and serve it to
-  // other clients, and it is about to miss an acknowledged op.
-  bool takes_changes(std::uint32_t replica, std::uint32_t server, const char* op);
-  // The first copy of position p's stripes that takes changes (throws like first_usable).
-  std::uint32_t first_taking_changes(std::uint32_t position, const char* op);
-  // Replicated buffers (replicated_io.cpp).
-  Request write_replicated(std::uint64_t offset, std::span<const std::byte> data);
-  Request read_replicated(std::uint64_t offset, std::span<std::byte> out);
-  std::uint64_t atomic_replicated(protocol::AtomicKind kind, std::uint64_t offset, std::uint64_t operand,
-                                  std::uint64_t desired);
-  // Vector ops: one part per position (its stripes are contiguous on their server).
-  struct VectorPart {
-    std::uint64_t local_offset = 0;  // first byte of the region in the position's segments
-    std::uint64_t length = 0;
-    std::span<const std::byte> x;     // inline x, in local order: the caller's bytes when one piece,
-    std::vector<std::byte> gathered;  // else gathered here
-  };
-  struct VectorCallArgs {
-    VectorOp op;
-    DType type;
-    double alpha;
-    std::uint64_t chunk;          // bytes per call
-    const BufferCore* source;     // x there (apply_from), else inline or none
-    std::int64_t source_shift;    // source local offset minus target local offset
-  };
   // Adds the calls of one part on copy `replica`; `orders` (one per call) tags them.
-  void add_vector_calls(client::ServerCalls& calls, const VectorCallArgs& args, std::uint32_t position,
-                        const VectorPart& part, std::uint32_t replica, const std::vector<std::uint64_t>* orders) const;
-  // Ordered ops on every copy (ordered_ops.cpp): `add` adds one position's
-  // calls on copy `replica`, tagged with `orders` (one per call) on the
-  // copies after the one that ordered them. Returns, per position, the
-  // replies of the copy whose order the op took.
-  using AddOrderedCalls = std::function<void(client::ServerCalls& calls, std::uint32_t position,
-                                             std::uint32_t replica, const std::vector<std::uint64_t>* orders)>;
-  std::vector<std::vector<protocol::FixedReply>> run_ordered(const std::vector<std::uint32_t>& positions,
-                                                             const AddOrderedCalls& add, const char* op,
-                                                             const std::function<std::string()>& what);
-  // Whether copy 0 of position p's stripes (on server p) still answers.
-  bool primary_answers(std::uint32_t position);
-  void apply_replicated(const VectorCallArgs& args, const std::map<std::uint32_t, VectorPart>& parts,
-                        const std::function<std::string()>& what);
+  void add_vector_calls(client::ServerCalls& calls, const client::VectorCallArgs& args, std::uint32_t position,
+                        const client::VectorPart& part, std::uint32_t replica,
+                        const std::vector<std::uint64_t>* orders) const;
   protocol::StripeGeometry geometry() const;
   std::vector<protocol::StripePiece> pieces(std::uint64_t offset, std::uint64_t length) const;
-  template <class IssuePiece>
-  Request transfer(const char* op, std::uint64_t offset, std::uint64_t length, IssuePiece issue);
   std::shared_ptr<Request::State> new_state(const char* op, std::uint64_t offset, std::uint64_t length) const;
-  template <class Issue>
-  Request one_piece(const char* op, std::uint64_t offset, std::uint64_t length, const protocol::StripePiece& piece,
-                    transport::CompletionPtr completion, Issue issue);
-  static const std::shared_ptr<Request::State>& finished_state();
-  // new_state, its request on `server` (replicated_io.cpp).
+  // new_state, its request on `server`.
   std::shared_ptr<Request::State> new_state_on(const char* op, std::uint64_t offset, std::uint64_t length,
                                                std::uint32_t server) const;
   // A request over `pieces`, its servers checked for liveness first.
   std::shared_ptr<Request::State> start(const char* op, std::uint64_t offset, std::uint64_t length,
                                         std::span<const protocol::StripePiece> pieces);
+  static const std::shared_ptr<Request::State>& finished_state();
 
   std::shared_ptr<ClientCore> client_;
   Layout layout_;
@@ -354,13 +302,11 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   // as a request may still name one).
   std::unique_ptr<std::atomic<transport::RemoteSegment*>[]> segments_;  // per copy and server; null: none
   std::unique_ptr<std::atomic<client::ServerLink*>[]> links_;  // per layout server; null: unreachable (replicated)
-  std::vector<std::unique_ptr<transport::RemoteSegment>> owned_segments_;  // under stale_mutex_
+  std::vector<std::unique_ptr<transport::RemoteSegment>> owned_segments_;  // under segments_mutex_
   client::OpGate gate_;
-  std::mutex adopt_mutex_;                                        // one adopt at a time
-  std::mutex stale_mutex_;                                        // also guards owned_segments_ and layout_.instances
-  std::set<std::pair<std::uint32_t, std::uint32_t>> stale_;       // (copy, server) left behind by its primary
-  std::set<std::pair<std::uint32_t, std::uint32_t>> unrecorded_;  // of stale_: no keeper knows (adopt keeps them)
-  std::vector<bool> losses_seen_;  // per server: lost, and the record read since (learn_after_losses)
+  std::mutex adopt_mutex_;     // one adopt at a time
+  std::mutex segments_mutex_;  // guards owned_segments_ and layout_.instances
+  std::unique_ptr<client::DataPath> path_;  // after the members it uses
   std::once_flag closed_;
 };
 

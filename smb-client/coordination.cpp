@@ -62,7 +62,7 @@ std::vector<std::uint64_t> BufferCore::server_versions() {
   client::ServerCalls calls(client_, [name = name_] { return "buffer '" + *name + "': version"; });
   for (std::uint32_t p = 0; p < server_count(); ++p)
     if (layout_.shares[p] != 0) {  // a server busy with an op answers when it ends, within the client's timeout
-      const auto r = replicas() == 1 ? 0 : first_usable(p, "version");
+      const auto r = path_->version_copy(p, "version");
       calls.add_version_call(*link_at(replica_server(p, r)), protocol::VersionCallKind::get, segment_names_[r], 0,
                              client_->timeout());
     }
@@ -76,7 +76,7 @@ std::uint64_t BufferCore::wait_version(std::uint64_t version, std::chrono::milli
       timeout);
   for (std::uint32_t p = 0; p < server_count(); ++p)
     if (layout_.shares[p] != 0) {
-      const auto r = replicas() == 1 ? 0 : first_usable(p, "wait for version");
+      const auto r = path_->version_copy(p, "wait for version");
       calls.add_version_call(*link_at(replica_server(p, r)), protocol::VersionCallKind::wait, segment_names_[r], version,
                              timeout);
     }

@@ -9,12 +9,12 @@
 // compare-swaps included. Where copy 0 is lost, the next usable copy takes
 // the op untagged (it is then the only one: its arrival order is the order).
 // docs/reliability.md ("Replication") states what this guarantees.
-#include "client_core.hpp"
+#include "replicated_path.hpp"
 #include "server_calls.hpp"
 
 #include <algorithm>
 
-namespace smb {
+namespace smb::client {
 
 namespace {
 // "a fetch-add", "an accumulate": how the messages below name the op.
@@ -23,20 +23,20 @@ std::string an(const char* op) {
 }
 }  // namespace
 
-std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std::vector<std::uint32_t>& positions,
-                                                                       const AddOrderedCalls& add, const char* op,
-                                                                       const std::function<std::string()>& what) {
-  const client::OpGate::Pass pass(gate_);
+std::vector<std::vector<protocol::FixedReply>> ReplicatedPath::run_ordered(const std::vector<std::uint32_t>& positions,
+                                                                           const AddOrderedCalls& add, const char* op,
+                                                                           const Describe& what) {
+  const OpGate::Pass pass(buffer_.gate_);
   struct Run {
     std::uint32_t position = 0;
     std::uint32_t replica = 0;
-    std::unique_ptr<client::ServerCalls> calls;
+    std::unique_ptr<ServerCalls> calls;
     std::vector<protocol::FixedReply> replies;  // the ordering copy's
     std::vector<std::uint64_t> orders;          // the versions it gave
   };
   auto start = [&](Run& run, std::uint32_t replica, const std::vector<std::uint64_t>* orders) {
     run.replica = replica;
-    run.calls = std::make_unique<client::ServerCalls>(client_, what);
+    run.calls = std::make_unique<ServerCalls>(buffer_.client_, what);
     add(*run.calls, run.position, replica, orders);
   };
   // The first copy of every position; when its server is lost, the next copy, untagged.
@@ -51,11 +51,11 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
         run.replies = run.calls->finish_fixed();
         break;
       } catch (const Error& e) {
-        if (!client::is_absence(e)) throw;
+        if (!is_absence(e)) throw;
         // Lost before it answered: it may or may not have applied the op, but
         // no other copy has it yet (they get it only after this one answered).
-        const auto s = replica_server(run.position, run.replica);
-        mark_stale(run.replica, s, an(op) + " failed: " + e.what(), alive(s));
+        const auto s = buffer_.replica_server(run.position, run.replica);
+        mark_stale(run.replica, s, an(op) + " failed: " + e.what(), buffer_.alive(s));
         start(run, first_taking_changes(run.position, op), nullptr);
       }
     }
@@ -69,8 +69,8 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
   std::vector<Follower> followers;
   for (auto& first : firsts) {
     if (first.replica != 0) continue;
-    for (std::uint32_t r = 1; r < replicas(); ++r) {
-      if (!takes_changes(r, replica_server(first.position, r), op)) continue;
+    for (std::uint32_t r = 1; r < buffer_.replicas(); ++r) {
+      if (!takes_changes(r, buffer_.replica_server(first.position, r), op)) continue;
       auto& follower = followers.emplace_back();
       follower.run.position = first.position;
       follower.first = &first;
@@ -78,7 +78,7 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
     }
   }
   for (auto& [run, first] : followers) {
-    const auto server = replica_server(run.position, run.replica);
+    const auto server = buffer_.replica_server(run.position, run.replica);
     try {
       const auto replies = run.calls->finish_fixed();
       // Applied in the same place of the same order, an atomic finds the same
@@ -98,10 +98,10 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
         // is the op's (copy 0's state is gone with it).
         start(run, run.replica, nullptr);
         first->replies = run.calls->finish_fixed();
-      } else if (client::is_absence(e) || e.code() == Errc::out_of_order) {
+      } else if (is_absence(e) || e.code() == Errc::out_of_order) {
         // Gone (the others have the op), or left behind by its primary (an op
         // before this one never came: its client died between the copies).
-        mark_stale(run.replica, server, "it missed " + an(op) + ": " + e.what(), alive(server));
+        mark_stale(run.replica, server, "it missed " + an(op) + ": " + e.what(), buffer_.alive(server));
       } else {
         throw;
       }
@@ -113,45 +113,44 @@ std::vector<std::vector<protocol::FixedReply>> BufferCore::run_ordered(const std
   return decided;
 }
 
-void BufferCore::apply_replicated(const VectorCallArgs& args, const std::map<std::uint32_t, VectorPart>& parts,
-                                  const std::function<std::string()>& what) {
+void ReplicatedPath::apply(const VectorCallArgs& args, const VectorParts& parts, const Describe& what) {
   std::vector<std::uint32_t> positions;
   for (const auto& [position, part] : parts) positions.push_back(position);
   run_ordered(
       positions,
-      [&](client::ServerCalls& calls, std::uint32_t position, std::uint32_t replica,
+      [&](ServerCalls& calls, std::uint32_t position, std::uint32_t replica,
           const std::vector<std::uint64_t>* orders) {
-        add_vector_calls(calls, args, position, parts.at(position), replica, orders);
+        buffer_.add_vector_calls(calls, args, position, parts.at(position), replica, orders);
       },
       vector_op_name(args.op), what);
 }
 
-std::uint64_t BufferCore::atomic_replicated(protocol::AtomicKind kind, std::uint64_t offset, std::uint64_t operand,
-                                            std::uint64_t desired) {
+std::uint64_t ReplicatedPath::atomic(protocol::AtomicKind kind, std::uint64_t offset, std::uint64_t operand,
+                                     std::uint64_t desired) {
   const char* op = kind == protocol::AtomicKind::fetch_add ? "fetch-add" : "compare-swap";
-  const auto piece = protocol::locate(geometry(), offset);  // atomic() checked the range and alignment
+  const auto piece = protocol::locate(buffer_.geometry(), offset);  // atomic() checked the range and alignment
   const auto decided = run_ordered(
       {piece.server},
-      [&](client::ServerCalls& calls, std::uint32_t position, std::uint32_t replica,
+      [&](ServerCalls& calls, std::uint32_t position, std::uint32_t replica,
           const std::vector<std::uint64_t>* orders) {
-        calls.add_atomic_call(*link_at(replica_server(position, replica)), kind, segment_names_[replica],
+        calls.add_atomic_call(*buffer_.link_at(buffer_.replica_server(position, replica)), kind, buffer_.segment_names_[replica],
                               piece.local_offset, operand, desired, orders != nullptr ? orders->front() : 0);
       },
-      op, [this, op, offset] { return describe(op, offset, sizeof(std::uint64_t)); });
+      op, [this, op, offset] { return buffer_.describe(op, offset, sizeof(std::uint64_t)); });
   return decided.front().front().old;
 }
 
-bool BufferCore::primary_answers(std::uint32_t position) {
-  if (link_at(position) == nullptr || !link_at(position)->alive()) return false;
+bool ReplicatedPath::primary_answers(std::uint32_t position) {
+  if (buffer_.link_at(position) == nullptr || !buffer_.link_at(position)->alive()) return false;
   try {
-    client::ServerCalls probe(client_, "probe of copy 0");
-    probe.add_version_call(*link_at(position), protocol::VersionCallKind::get, segment_names_[0], 0, client_->timeout());
+    ServerCalls probe(buffer_.client_, "probe of copy 0");
+    probe.add_version_call(*buffer_.link_at(position), protocol::VersionCallKind::get, buffer_.segment_names_[0], 0, buffer_.client_->timeout());
     probe.finish_versions();
     return true;
   } catch (const Error& e) {
-    if (client::is_absence(e)) return false;
+    if (is_absence(e)) return false;
     throw;
   }
 }
 
-}  // namespace smb
+}  // namespace smb::client

@@ -431,7 +431,7 @@ void BufferCore::adopt(const Layout& layout) {
   std::lock_guard adopting(adopt_mutex_);
   for (std::uint32_t i = 0; i < server_count(); ++i) {
     {
-      std::lock_guard lock(stale_mutex_);
+      std::lock_guard lock(segments_mutex_);
       if (i >= layout.instances.size() || i >= layout_.instances.size() || layout.instances[i] == layout_.instances[i])
         continue;
     }
@@ -445,23 +445,19 @@ void BufferCore::adopt(const Layout& layout) {
       if (ClientCore::copy_share(layout, r, i) == 0) continue;
       auto reply = l.control->call(protocol::MessageType::open_segment, {{"name", segment_names_[r]}});
       auto opened = l.channel->attach(client::segment_from(reply, "open_segment"));
-      std::lock_guard lock(stale_mutex_);
-      segments_[std::size_t{r} * server_count() + i].store(opened.get(), std::memory_order_release);
-      owned_segments_.push_back(std::move(opened));
-      stale_.erase({r, i});
+      {
+        std::lock_guard lock(segments_mutex_);
+        segments_[std::size_t{r} * server_count() + i].store(opened.get(), std::memory_order_release);
+        owned_segments_.push_back(std::move(opened));
+      }
+      path_->copy_reopened(r, i);  // after its segment is in place: it is used from here on
     }
     links_[i].store(&l, std::memory_order_release);
-    std::lock_guard lock(stale_mutex_);
+    std::lock_guard lock(segments_mutex_);
     layout_.instances[i] = layout.instances[i];
   }
-  // Stale copies the repair rebuilt where they were (their server stayed):
-  // used again, unless this client left one that no keeper heard of.
-  std::lock_guard lock(stale_mutex_);
-  std::erase_if(stale_, [&](const auto& copy) {
-    const auto [r, s] = copy;
-    return !protocol::is_stale(layout, {r, s}) &&
-           !unrecorded_.contains(copy) && segment(r, s) != nullptr && alive(s);
-  });
+  path_->adopted(layout);
+  std::lock_guard lock(segments_mutex_);
   layout_.stale = layout.stale;
 }
 

@@ -1,18 +1,6 @@
-// The data path of a replicated buffer (BufferOptions::replicas > 1). Copy r
-// of the stripes at position p (their server in copy 0) lives on server
-// (p + r) mod N at the same offsets, so a request splits once and each piece
-// has one place per copy.
-//
-// - Writes go to every usable copy at once and succeed when every piece
-//   reached at least one; a server lost meanwhile is left behind.
-// - Reads take each piece from its first usable copy and, when that server
-//   is lost during the read, read the piece again from the next.
-// - Vector ops and atomics take one order on every copy (ordered_ops.cpp).
-// - A copy that misses an op while its server may live is stale: recorded in
-//   the layout for every client before the op returns (mark_stale), and
-//   never read again until a repair rebuilds it.
-//   docs/reliability.md ("Replication") states what this guarantees.
-#include "client_core.hpp"
+// A replicated buffer's writes and reads (replicated_path.hpp says how
+// they meet its copies).
+#include "replicated_path.hpp"
 #include "server_calls.hpp"
 
 #include "protocol/messages.hpp"
@@ -20,7 +8,7 @@
 
 #include <map>
 
-namespace smb {
+namespace smb::client {
 
 namespace {
 
@@ -50,7 +38,7 @@ bool drive(std::vector<ServerShare>& shares, bool wait) {
       }
       share.outcome = ServerShare::Outcome::done;
     } catch (const Error& e) {
-      if (!client::is_absence(e)) {
+      if (!is_absence(e)) {
         // The request fails: no op of it may land in the caller's memory later.
         for (auto& other : shares)
           if (other.outcome == ServerShare::Outcome::running && !other.state->completion->done())
@@ -80,22 +68,14 @@ void start_shares(std::map<std::uint32_t, ServerShare>& by_server, std::vector<S
 
 }  // namespace
 
-std::shared_ptr<Request::State> BufferCore::new_state_on(const char* op, std::uint64_t offset, std::uint64_t length,
-                                                         std::uint32_t server) const {
-  auto state = new_state(op, offset, length);
-  state->links.push_back(link_at(server));
-  return state;
-}
-
-Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::byte> data) {
-  check_range("write", offset, data.size());
-  const client::OpGate::Pass pass(gate_);  // a repair's final copy waits for this write to land
-  const auto split = pieces(offset, data.size());
+Request ReplicatedPath::write(std::uint64_t offset, std::span<const std::byte> data) {
+  const OpGate::Pass pass(buffer_.gate_);  // a repair's final copy waits for this write to land
+  const auto split = buffer_.pieces(offset, data.size());
   std::map<std::uint32_t, ServerShare> by_server;
   for (std::size_t i = 0; i < split.size(); ++i) {
     bool placed = false;
-    for (std::uint32_t r = 0; r < replicas(); ++r) {
-      const auto s = replica_server(split[i].server, r);
+    for (std::uint32_t r = 0; r < buffer_.replicas(); ++r) {
+      const auto s = buffer_.replica_server(split[i].server, r);
       if (!takes_changes(r, s, "write")) continue;
       by_server[s].pieces.emplace_back(i, r);
       placed = true;
@@ -104,15 +84,15 @@ Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::
   }
   auto shares = std::make_shared<std::vector<ServerShare>>();
   start_shares(
-      by_server, *shares, [&](std::uint32_t s) { return new_state_on("write", offset, data.size(), s); },
+      by_server, *shares, [&](std::uint32_t s) { return buffer_.new_state_on("write", offset, data.size(), s); },
       [&](std::uint32_t s, std::size_t i, std::uint32_t r, const transport::CompletionPtr& completion) {
-        link_at(s)->channel->put(*segment(r, s), split[i].local_offset, data.data() + split[i].request_offset,
+        buffer_.link_at(s)->channel->put(*buffer_.segment(r, s), split[i].local_offset, data.data() + split[i].request_offset,
                                 split[i].length, completion);
       });
-  for (const auto& share : *shares) gate_.track(share.state->completion, link_at(share.server));
-  auto state = new_state("write", offset, data.size());
+  for (const auto& share : *shares) buffer_.gate_.track(share.state->completion, buffer_.link_at(share.server));
+  auto state = buffer_.new_state("write", offset, data.size());
   // The request keeps this buffer's state (copies, links) while it runs.
-  state->composite = [self = shared_from_this(), shares, pieces = split.size(), name = name_, offset, length = data.size()](bool wait) {
+  state->composite = [self = buffer_.shared_from_this(), path = this, shares, pieces = split.size(), name = buffer_.name_, offset, length = data.size()](bool wait) {
     if (!drive(*shares, wait)) return false;
     std::vector<bool> reached(pieces, false);
     std::string lost;
@@ -124,61 +104,60 @@ Request BufferCore::write_replicated(std::uint64_t offset, std::span<const std::
       // A copy that missed a write must not serve it later: this client
       // leaves it, and records it for every client (its server may live).
       for (const auto& [i, r] : share.pieces)
-        self->mark_stale(r, share.server, "a write to it failed: " + share.lost_why, self->alive(share.server));
+        path->mark_stale(r, share.server, "a write to it failed: " + share.lost_why, self->alive(share.server));
       lost += (lost.empty() ? "" : "; ") + share.lost_why;
     }
     for (std::size_t i = 0; i < pieces; ++i)
       if (!reached[i])
         throw Error(Errc::server_gone,
-                    client::describe_buffer_op(*name, "write", offset, length) + ": no copy of some of its bytes could be written: " + lost);
+                    describe_buffer_op(*name, "write", offset, length) + ": no copy of some of its bytes could be written: " + lost);
     return true;
   };
   return Request(state);
 }
 
-Request BufferCore::read_replicated(std::uint64_t offset, std::span<std::byte> out) {
-  check_range("read", offset, out.size());
+Request ReplicatedPath::read(std::uint64_t offset, std::span<std::byte> out) {
   struct Plan {
     std::vector<protocol::StripePiece> split;
     std::vector<ServerShare> shares;
     std::set<std::pair<std::uint32_t, std::uint32_t>> failed;  // (copy, server) that failed this read
   };
   auto plan = std::make_shared<Plan>();
-  plan->split = pieces(offset, out.size());
+  plan->split = buffer_.pieces(offset, out.size());
   // Reads pieces `which` from their first usable copy that has not failed this read.
-  auto issue = [self = shared_from_this(), this, plan, out, offset, length = out.size()](const std::vector<std::size_t>& which) {
+  auto issue = [self = buffer_.shared_from_this(), this, plan, out, offset, length = out.size()](const std::vector<std::size_t>& which) {
     learn_after_losses();  // a later copy must not serve what it missed
     std::map<std::uint32_t, ServerShare> by_server;
     for (auto i : which) {
       const auto position = plan->split[i].server;
       std::optional<std::uint32_t> copy;
       const auto choose = [&] {
-        for (std::uint32_t r = 0; r < replicas() && !copy; ++r)
-          if (!plan->failed.contains({r, replica_server(position, r)}) && usable(r, replica_server(position, r)))
+        for (std::uint32_t r = 0; r < buffer_.replicas() && !copy; ++r)
+          if (!plan->failed.contains({r, buffer_.replica_server(position, r)}) && usable(r, buffer_.replica_server(position, r)))
             copy = r;
       };
       choose();
       // None left: a repair's end may be handing this buffer its rebuilt
       // copies right now (reads do not pass the gate, which stays closed
       // until they are adopted), so wait for that before giving up.
-      if (!copy && gate_.wait_for_reopening(std::chrono::steady_clock::now() + client_->timeout())) choose();
+      if (!copy && buffer_.gate_.wait_for_reopening(std::chrono::steady_clock::now() + buffer_.client_->timeout())) choose();
       if (!copy)
-        throw Error(Errc::server_gone, client::describe_buffer_op(layout_.name, "read", offset, length) +
+        throw Error(Errc::server_gone, describe_buffer_op(buffer_.layout_.name, "read", offset, length) +
                                            ": no copy of the bytes at offset " +
                                            std::to_string(offset + plan->split[i].request_offset) + " can be read");
-      by_server[replica_server(position, *copy)].pieces.emplace_back(i, *copy);
+      by_server[buffer_.replica_server(position, *copy)].pieces.emplace_back(i, *copy);
     }
     start_shares(
-        by_server, plan->shares, [&](std::uint32_t s) { return new_state_on("read", offset, length, s); },
+        by_server, plan->shares, [&](std::uint32_t s) { return buffer_.new_state_on("read", offset, length, s); },
         [&](std::uint32_t s, std::size_t i, std::uint32_t r, const transport::CompletionPtr& completion) {
           const auto& p = plan->split[i];
-          link_at(s)->channel->get(*segment(r, s), p.local_offset, out.data() + p.request_offset, p.length, completion);
+          buffer_.link_at(s)->channel->get(*buffer_.segment(r, s), p.local_offset, out.data() + p.request_offset, p.length, completion);
         });
   };
   std::vector<std::size_t> all(plan->split.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
   issue(all);
-  auto state = new_state("read", offset, out.size());
+  auto state = buffer_.new_state("read", offset, out.size());
   state->composite = [plan, issue](bool wait) {
     for (;;) {
       if (!drive(plan->shares, wait)) return false;
@@ -198,4 +177,4 @@ Request BufferCore::read_replicated(std::uint64_t offset, std::span<std::byte> o
   return Request(state);
 }
 
-}  // namespace smb
+}  // namespace smb::client

@@ -2,7 +2,8 @@
 // holding part of the region (a server's stripes of a range are contiguous in
 // its segment), sent to all servers at once as calls over their data
 // channels. Inline data is gathered per server and sent in chunks of the
-// most a call carries.
+// most a call carries; the buffer's data path (data_path.hpp) sends them
+// to its one copy, or to every copy in one order.
 #include "client_core.hpp"
 #include "server_calls.hpp"
 
@@ -50,9 +51,9 @@ void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint6
     source_shift = delta / static_cast<std::int64_t>(layout_.servers.size());
   }
 
-  std::map<std::uint32_t, VectorPart> parts;  // by position
+  client::VectorParts parts;  // by position
   for (const auto& p : pieces(offset, bytes)) {
-    auto [it, fresh] = parts.try_emplace(p.server, VectorPart{p.local_offset, 0, {}, {}});
+    auto [it, fresh] = parts.try_emplace(p.server, client::VectorPart{p.local_offset, 0, {}, {}});
     auto& part = it->second;
     part.length += p.length;
     if (!inline_x) continue;
@@ -71,15 +72,12 @@ void BufferCore::apply(VectorOp op, DType type, std::uint64_t offset, std::uint6
   if (inline_x)
     for (std::uint32_t s = 0; s < server_count(); ++s)
       if (auto* link = link_at(s)) chunk = std::min<std::uint64_t>(chunk, client::ServerCalls::max_payload(*link) / esize * esize);
-  const VectorCallArgs args{op, type, alpha, chunk, needs_source(op) ? source : nullptr, source_shift};
-  if (replicas() > 1) return apply_replicated(args, parts, what);
-  client::ServerCalls calls(client_, what);
-  for (const auto& [position, part] : parts) add_vector_calls(calls, args, position, part, 0, nullptr);
-  calls.finish_versions();
+  const client::VectorCallArgs args{op, type, alpha, chunk, needs_source(op) ? source : nullptr, source_shift};
+  path_->apply(args, parts, what);
 }
 
-void BufferCore::add_vector_calls(client::ServerCalls& calls, const VectorCallArgs& args, std::uint32_t position,
-                                  const VectorPart& part, std::uint32_t replica,
+void BufferCore::add_vector_calls(client::ServerCalls& calls, const client::VectorCallArgs& args,
+                                  std::uint32_t position, const client::VectorPart& part, std::uint32_t replica,
                                   const std::vector<std::uint64_t>* orders) const {
   auto& link = *link_at(replica_server(position, replica));
   const std::uint64_t esize = element_size(args.type);
