@@ -50,7 +50,11 @@ using Handler = void (*)(Services& services, Request& request, const ReplyFn& re
 
 struct Route {
   protocol::MessageType type;
-  Handler handler;  // nullptr for a call (the schema's path call)
+  Handler handler = nullptr;  // a control message's; none for a call
+  bool call = false;          // a call: served by serve_call from its fixed body
+
+  // A call's route (no handler: data_path_calls.cpp decodes it).
+  static constexpr Route for_call(protocol::MessageType type) { return Route{type, nullptr, true}; }
 };
 
 // The route of `type` arriving by `path` (kControl or kCall). Throws

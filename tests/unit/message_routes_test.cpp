@@ -21,7 +21,8 @@ TEST(MessageRoutes, EveryMessageHasItsOwnRouteByItsSchemasPath) {
     const auto other = path == kCall ? kControl : kCall;
     const Route& route = route_for(message.number, path);
     EXPECT_EQ(type_of(route.type), message.number) << message.name;
-    EXPECT_EQ(route.handler != nullptr, path == kControl) << message.name;
+    EXPECT_EQ(route.handler != nullptr, path == kControl) << message.name << ": a handler for each control message";
+    EXPECT_EQ(route.call, path == kCall) << message.name;
     // Each request has one encoding and one path: the other refuses it.
     try {
       route_for(message.number, other);
