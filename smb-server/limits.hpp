@@ -3,6 +3,8 @@
 // take to say hello or to finish a frame, and what one client session may
 // hold. Each has a flag (main.cpp) and a default that a training job with
 // thousands of buffers never reaches; an error that hits one names its flag.
+#include <smb/error.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -30,6 +32,9 @@ struct SessionQuotas {
 };
 
 // The no_space error of a quota: what this client holds, and the flag that sets the limit.
-[[noreturn]] void over_quota(const char* what, std::uint64_t held, const char* flag);
+[[noreturn]] inline void over_quota(const char* what, std::uint64_t held, const char* flag) {
+  throw Error(Errc::no_space, std::string("this client already holds ") + std::to_string(held) + " " + what +
+                                  " here, the per-client limit (smbd " + flag + ")");
+}
 
 }  // namespace smb::server

@@ -16,11 +16,6 @@ namespace {
 constexpr std::uint64_t kSegmentAlignment = 4096;
 }  // namespace
 
-void over_quota(const char* what, std::uint64_t held, const char* flag) {
-  throw Error(Errc::no_space, std::string("this client already holds ") + std::to_string(held) + " " + what +
-                                  " here, the per-client limit (smbd " + flag + ")");
-}
-
 Segment::~Segment() {
   registration.reset();  // unregister before the memory goes back
   if (allocator != nullptr) allocator->release(pool_offset, reserved);

@@ -34,9 +34,10 @@ std::string_view cut_message(std::string_view message) {
   throw Error(code, std::string(call) + ": " + why);
 }
 
-void check_name_length(std::uint64_t length, const char* call, std::size_t most = kMaxNameLength) {
+// A buffer's, barrier's or segment's name: 1 to `most` bytes.
+void check_name_length(std::uint64_t length, const char* call, std::size_t most) {
   if (length == 0 || length > most)
-    bad(Errc::invalid_argument, "a buffer name must have 1 to " + std::to_string(most) + " bytes", call);
+    bad(Errc::invalid_argument, "a name must have 1 to " + std::to_string(most) + " bytes", call);
 }
 
 // The whole frame of a call: its fixed part, then the names.
@@ -51,8 +52,7 @@ Bytes call_frame(std::uint16_t type, std::uint32_t request_id, const Fixed& fixe
   return frame;
 }
 
-// A call's fixed part, read back; the body must hold it and exactly
-// `names` bytes after it.
+// A call's fixed part, read back; the body must hold it.
 template <class Fixed>
 Fixed read_fixed(std::span<const std::uint8_t> body, const char* call) {
   Fixed fixed;
@@ -65,12 +65,6 @@ Fixed read_fixed(std::span<const std::uint8_t> body, const char* call) {
 void check_names_fill(std::span<const std::uint8_t> body, std::size_t fixed, std::size_t names, const char* call) {
   if (body.size() != fixed + names)
     bad(Errc::protocol, "body of " + std::to_string(body.size()) + " bytes does not match its name length", call);
-}
-
-void check_segment_name(std::string_view name, const char* call) {
-  if (name.empty() || name.size() > kMaxSegmentNameLength)
-    throw Error(Errc::invalid_argument, std::string(call) + ": a segment name must have 1 to " +
-                                            std::to_string(kMaxSegmentNameLength) + " bytes");
 }
 
 KindAndNameLength kind_and_name(std::uint8_t kind, std::string_view name) {
@@ -98,8 +92,8 @@ Bytes encode_vector_call(std::uint32_t request_id, VectorOp op, DType type, std:
                          double alpha, std::string_view name, std::optional<std::string_view> source,
                          std::uint64_t source_offset, std::uint64_t order) {
   const std::string_view source_name = source.value_or(std::string_view{});
-  check_segment_name(name, "vector_call");
-  if (source) check_segment_name(source_name, "vector_call");
+  check_name_length(name.size(), "vector_call", kMaxSegmentNameLength);
+  if (source) check_name_length(source_name.size(), "vector_call", kMaxSegmentNameLength);
   const VectorCallBody fixed{static_cast<std::uint8_t>(op), static_cast<std::uint8_t>(type),
                              static_cast<std::uint16_t>(name.size()), static_cast<std::uint16_t>(source_name.size()),
                              0, offset, count, alpha, source_offset, order};
@@ -133,7 +127,7 @@ VectorCall decode_vector_call(std::span<const std::uint8_t> body) {
 
 Bytes encode_version_call(std::uint32_t request_id, VersionCallKind kind, std::string_view name,
                           std::uint64_t version, std::uint64_t timeout_ms) {
-  check_segment_name(name, "version_call");
+  check_name_length(name.size(), "version_call", kMaxSegmentNameLength);
   const VersionCallBody fixed{kind_and_name(static_cast<std::uint8_t>(kind), name), version, timeout_ms};
   return call_frame(kVersionType, request_id, fixed, name);
 }
@@ -150,9 +144,7 @@ VersionCall decode_version_call(std::span<const std::uint8_t> body) {
 
 Bytes encode_barrier_call(std::uint32_t request_id, std::string_view name, std::uint64_t parties,
                           std::uint64_t timeout_ms, std::uint64_t session) {
-  if (name.empty() || name.size() > kMaxNameLength)
-    throw Error(Errc::invalid_argument, "barrier_call: a name must have 1 to " + std::to_string(kMaxNameLength) +
-                                            " bytes");
+  check_name_length(name.size(), "barrier_call", kMaxNameLength);
   const BarrierCallBody fixed{parties, timeout_ms, session, static_cast<std::uint16_t>(name.size()), 0, 0};
   return call_frame(kBarrierType, request_id, fixed, name);
 }
@@ -162,7 +154,7 @@ BarrierCall decode_barrier_call(std::span<const std::uint8_t> body) {
   const auto fixed = read_fixed<BarrierCallBody>(body, kCall);
   if (fixed.reserved16 != 0 || fixed.reserved32 != 0) bad(Errc::protocol, "reserved field is not zero", kCall);
   check_names_fill(body, sizeof fixed, fixed.name_length, kCall);
-  check_name_length(fixed.name_length, kCall);
+  check_name_length(fixed.name_length, kCall, kMaxNameLength);
   BarrierCall call{std::string(names_at(body, sizeof fixed)), fixed.parties, fixed.timeout_ms, fixed.session};
   validate_name(call.name);  // it names state the server keeps (the others name buffers that must exist)
   return call;
@@ -170,7 +162,7 @@ BarrierCall decode_barrier_call(std::span<const std::uint8_t> body) {
 
 Bytes encode_atomic_call(std::uint32_t request_id, AtomicKind kind, std::string_view name, std::uint64_t offset,
                          std::uint64_t operand, std::uint64_t desired, std::uint64_t order) {
-  check_segment_name(name, "atomic_call");
+  check_name_length(name.size(), "atomic_call", kMaxSegmentNameLength);
   const AtomicCallBody fixed{kind_and_name(static_cast<std::uint8_t>(kind), name), offset, operand, desired, order};
   return call_frame(kAtomicType, request_id, fixed, name);
 }

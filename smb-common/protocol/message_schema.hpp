@@ -106,11 +106,19 @@ static_assert(numbered_in_order(), "SMB_PROTOCOL_MESSAGES: numbers ascend, from 
 
 inline constexpr std::uint16_t kLastMessage = kMessages.back().number;
 
+// Each number's place in kMessages (-1: no message): every control request
+// and call is looked up, so in one step.
+inline constexpr auto kMessageSlots = [] {
+  std::array<std::int8_t, kLastMessage + 1> slots{};
+  slots.fill(-1);
+  for (std::size_t i = 0; i < kMessages.size(); ++i) slots[kMessages[i].number] = static_cast<std::int8_t>(i);
+  return slots;
+}();
+
 // The message numbered `type` (the reply bit ignored by callers), or nullptr.
 constexpr const MessageInfo* message_info(std::uint16_t type) {
-  for (const auto& m : kMessages)
-    if (m.number == type) return &m;
-  return nullptr;
+  return type < kMessageSlots.size() && kMessageSlots[type] >= 0 ? &kMessages[static_cast<std::size_t>(kMessageSlots[type])]
+                                                                 : nullptr;
 }
 
 constexpr const MessageInfo& message_info(MessageType type) { return *message_info(static_cast<std::uint16_t>(type)); }

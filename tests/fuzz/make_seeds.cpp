@@ -246,7 +246,7 @@ void checkpoint_seeds() {
   put(1u << 20, 8);   // stripe unit
   put(7, 8);          // version
   file.push_back('w');
-  for (std::uint8_t b : {0x10, 0x20, 0x30}) file.push_back(b);
+  for (const std::uint8_t b : {std::uint8_t{0x10}, std::uint8_t{0x20}, std::uint8_t{0x30}}) file.push_back(b);
   Bytes trailer_by_harness{1};
   trailer_by_harness.insert(trailer_by_harness.end(), file.begin(), file.end());
   write("fuzz_checkpoint", "appended-trailer", trailer_by_harness);

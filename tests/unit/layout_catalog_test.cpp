@@ -3,6 +3,7 @@
 // creator's quota; one session repairs it at a time; a stale mark is
 // refused where it would leave stripes with no good copy; a session's
 // close drops its reservations and ends its repairs.
+#include "expect_error.hpp"
 #include "layout_catalog.hpp"
 
 #include <gtest/gtest.h>
@@ -22,21 +23,14 @@ Layout two_copies(const std::string& name) {
   return layout;
 }
 
-Errc code_of(const auto& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return Errc::ok;
-}
+using test::expect_errc;
 
 TEST(LayoutCatalog, ARecordIsSeenOnceItsCreatorCommitsIt) {
   LayoutCatalog catalog;
   catalog.reserve_name(1, two_copies("w"));
-  EXPECT_EQ(code_of([&] { catalog.get_layout("w"); }), Errc::not_found) << "still being created";
-  EXPECT_EQ(code_of([&] { catalog.reserve_name(2, two_copies("w")); }), Errc::already_exists);
-  EXPECT_EQ(code_of([&] { catalog.commit_layout(2, "w"); }), Errc::not_found) << "only its creator commits";
+  expect_errc(Errc::not_found, [&] { catalog.get_layout("w"); }, "still being created");
+  expect_errc(Errc::already_exists, [&] { catalog.reserve_name(2, two_copies("w")); }, "a name taken");
+  expect_errc(Errc::not_found, [&] { catalog.commit_layout(2, "w"); }, "only its creator commits");
   catalog.commit_layout(1, "w");
   EXPECT_EQ(catalog.get_layout("w").servers.size(), 3u);
   EXPECT_EQ(catalog.list_layouts("", 10).items.size(), 1u);
@@ -51,12 +45,12 @@ TEST(LayoutCatalog, QuotasCountWhatASessionCreatedUntilItCloses) {
   LayoutCatalog catalog(quotas);
   catalog.reserve_name(1, two_copies("a"));
   catalog.reserve_name(1, two_copies("b"));
-  EXPECT_EQ(code_of([&] { catalog.reserve_name(1, two_copies("c")); }), Errc::no_space);
+  expect_errc(Errc::no_space, [&] { catalog.reserve_name(1, two_copies("c")); }, "a third record over a quota of two");
   catalog.reserve_name(2, two_copies("c"));  // another session's own quota
   catalog.commit_layout(1, "a");
   catalog.session_closed(1);  // its reservation of b goes; a stays, and counts no more
   EXPECT_NO_THROW(catalog.get_layout("a"));
-  EXPECT_EQ(code_of([&] { catalog.commit_layout(1, "b"); }), Errc::not_found);
+  expect_errc(Errc::not_found, [&] { catalog.commit_layout(1, "b"); }, "a reservation its closed session left");
   catalog.reserve_name(3, two_copies("b"));
   EXPECT_TRUE(catalog.erase("a"));
 }
@@ -66,12 +60,12 @@ TEST(LayoutCatalog, OneSessionRepairsARecordAtATime) {
   catalog.reserve_name(1, two_copies("w"));
   catalog.commit_layout(1, "w");
   catalog.begin_repair(2, "w");
-  EXPECT_EQ(code_of([&] { catalog.begin_repair(3, "w"); }), Errc::busy);
+  expect_errc(Errc::busy, [&] { catalog.begin_repair(3, "w"); }, "a second repairer");
   EXPECT_NO_THROW(catalog.check_repairer(2, "w"));
-  EXPECT_EQ(code_of([&] { catalog.check_repairer(3, "w"); }), Errc::invalid_argument);
+  expect_errc(Errc::invalid_argument, [&] { catalog.check_repairer(3, "w"); }, "a session that does not repair it");
   const std::vector<std::uint64_t> runs = {1, 9, 3};
   const std::vector<std::uint64_t> too_few = {1, 9};
-  EXPECT_EQ(code_of([&] { catalog.end_repair(2, "w", &too_few, {}); }), Errc::invalid_argument);
+  expect_errc(Errc::invalid_argument, [&] { catalog.end_repair(2, "w", &too_few, {}); }, "runs for two of three servers");
   catalog.end_repair(2, "w", &runs, {});
   EXPECT_EQ(catalog.get_layout("w").instances, runs);
   catalog.begin_repair(3, "w");  // free again
@@ -88,8 +82,8 @@ TEST(LayoutCatalog, AStaleMarkNeverLeavesStripesWithoutAGoodCopy) {
   EXPECT_EQ(layout.stale, (std::vector<CopyRef>{{1, 2}}));
   EXPECT_FALSE(catalog.mark_stale("w", {1, 2}).second) << "marked once";
   // Copy 1 on server 2 holds the stripes of server 1, whose copy 0 is the last good one.
-  EXPECT_EQ(code_of([&] { catalog.mark_stale("w", {0, 1}); }), Errc::data_lost);
-  EXPECT_EQ(code_of([&] { catalog.mark_stale("w", {2, 0}); }), Errc::invalid_argument) << "no copy 2";
+  expect_errc(Errc::data_lost, [&] { catalog.mark_stale("w", {0, 1}); }, "the last good copy of some stripes");
+  expect_errc(Errc::invalid_argument, [&] { catalog.mark_stale("w", {2, 0}); }, "no copy 2");
   catalog.begin_repair(5, "w");
   catalog.end_repair(5, "w", nullptr, {{1, 2}});
   EXPECT_TRUE(catalog.get_layout("w").stale.empty()) << "rebuilt: fresh again";
