@@ -4,6 +4,8 @@
 // and the GPU group.
 #include <smb/update_engine.hpp>
 
+#include "peer_watch.hpp"
+
 #include <condition_variable>
 #include <exception>
 #include <future>
@@ -79,6 +81,11 @@ class EngineCore {
   std::vector<float> last_pull_;        // downpour
   std::shared_ptr<SeasgdPush> seasgd_push_;  // the last SEASGD exchange's push, overlapping what follows
   std::unique_ptr<gpu::GpuGroup> gpu_;  // cuda_device >= 0: NCCL group, stream, host staging
+  // This worker's liveness lock, and the probes of the others' once every
+  // worker has one (after initialize()'s barrier): a wait on a dead worker
+  // fails within about a second, naming it.
+  std::unique_ptr<PeerWatch> watch_;
+  bool initialized_ = false;
   // Synchronous mode, group 0: the last exchange's sum being zeroed on the
   // servers. Last, so that it is waited for before the buffers go.
   std::future<void> zeroing_;

@@ -94,6 +94,7 @@ void EngineCore::synchronous_exchange(std::span<float> params) {
           throw Error(Errc::timeout, "update engine '" + c.name + "': synchronous exchange " +
                                          std::to_string(exchanges_) + ": not every group pushed chunk " +
                                          std::to_string(k) + " in time");
+        watch_->check("synchronous exchange");
         std::this_thread::sleep_for(pause);
         pause = std::min(pause * 2, std::chrono::microseconds(1000));
       }
@@ -126,7 +127,7 @@ void EngineCore::synchronous_exchange(std::span<float> params) {
   }
   for (auto& p : push) p.get();
   if (c.group == 0) copy_out.get();
-  client_.barrier(c.name + "/sum-read", c.groups, c.timeout);
+  watch_->barrier(client_, c.name + "/sum-read", c.groups, "synchronous exchange");
   // Zeroed for its next use two exchanges on, which every root reaches only
   // after the next exchange's barrier, which group 0 enters only after this
   // is done (the top): off this exchange's tail.

@@ -65,6 +65,7 @@ EngineCore::EngineCore(Client& client, EngineConfig config)
     bad("group_transport '" + c.group_transport + "' is for group_servers, and none are given");
   if (c.cuda_device >= 0) gpu_ = gpu::GpuGroup::open(config_);
   scratch_.resize(static_cast<std::size_t>(c.parameters));  // Wg, in exchanges
+  watch_ = std::make_unique<PeerWatch>(client_, config_);
 }
 
 EngineCore::~EngineCore() {
@@ -80,7 +81,13 @@ std::string EngineCore::barrier_name(const std::string& what) const {
 }
 
 void EngineCore::group_barrier(const std::string& what) {
-  if (config_.group_size > 1) group_client_.barrier(barrier_name(what), config_.group_size, config_.timeout);
+  if (config_.group_size <= 1) return;
+  // Before initialize() is through, a worker still starting has no liveness
+  // lock yet: only then does the barrier wait without probes.
+  if (initialized_)
+    watch_->barrier(group_client_, barrier_name(what), config_.group_size, what);
+  else
+    group_client_.barrier(barrier_name(what), config_.group_size, config_.timeout);
 }
 
 // The engine's buffers are striped with the default stripe unit over all
@@ -126,6 +133,7 @@ void EngineCore::initialize(std::span<float> params) {
     if (c.mode == UpdateMode::synchronous) create_sync_buffers();
   }
   client_.barrier(c.name + "/init", c.groups * c.group_size, c.timeout);
+  initialized_ = true;  // every worker holds its liveness lock now
   if (!global_.valid()) global_ = client_.open(c.name + "/global");
   if (!gpu_ && c.group_size > 1 && !group_area_.valid()) group_area_ = group_client_.open(c.name + "/group/" + group);
   global_.read(0, bytes_of(host));

@@ -48,7 +48,12 @@ struct EngineConfig {
   UpdateMode mode = UpdateMode::seasgd;
   double alpha = 0.2;             ///< seasgd moving rate
   std::uint32_t tau = 1;          ///< steps between exchanges with the global weights
-  std::chrono::milliseconds timeout{std::chrono::seconds(120)};  ///< longest wait at a barrier
+  /// Longest wait at a barrier. A wait on a worker that died (after
+  /// initialize()) fails sooner: within about a second, with
+  /// Errc::unreachable naming its group and rank (every worker holds a
+  /// liveness lock, <name>/alive/<group>/<rank>). The asynchronous modes
+  /// never wait on other groups: they go on when one dies.
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
   /// Copies of the engine's buffers in the fabric (BufferOptions::replicas):
   /// with 2, training goes on when a memory server is lost after
   /// initialize() (barriers and a group's own servers are not replicated;

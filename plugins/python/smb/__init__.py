@@ -324,6 +324,11 @@ class Client:
         stripes are gone."""
         return self._c.repair(name)
 
+    def unreachable_servers(self):
+        """{server: reason} of the servers found unreachable so far (a replicated
+        buffer works on without them; what needs them fails at once)."""
+        return dict(self._c.unreachable_servers())
+
     def describe_paths(self):
         return self._c.describe_paths()
 

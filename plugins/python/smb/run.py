@@ -96,6 +96,21 @@ supervision:
   --tag-output prefixes each line with "[RANK] " (stdout to stdout, stderr
   to stderr); by default the workers write to smbrun's stdout and stderr.
 
+elastic (--min-np, --max-np, --host-discovery-script, --resume):
+  Workers start on this host's free slots (the discovery script's lines
+  HOST:SLOTS for this host; without it, --max-np or -np slots), each with
+  SMB_ELASTIC=1 and SMB_WORKER_ID, and no RANK: hvd.init() takes its rank
+  from the job's membership, which smbrun publishes in the fabric as
+  rounds. A worker that fails is named (exit status or signal), dropped
+  from a new round at once (its peers' collectives fail and the job
+  re-forms from the last commit of hvd.elastic's state) and replaced on a
+  free slot; a worker that starts joins at the job's next commit. Below
+  --min-np smbrun waits --elastic-timeout, then fails naming the dead. A
+  server smbrun started that dies is reported; the job goes on from the
+  state's other copy. With --servers that outlive the job, --resume ID
+  (or the same --job-id) continues from the last commit. docs/plugins.md,
+  "Elastic training".
+
 exit status:
   0 all workers succeeded; otherwise the first failing worker's exit code
   (128+N when killed by signal N; under mpirun, mpirun's status),
@@ -108,6 +123,7 @@ examples:
   smbrun -np 4 --local-servers 2 --capacity 4G --tag-output -- ./worker
   smbrun -np 8 --servers 10.0.0.5:7000,10.0.0.6:7000 -- ./worker
   smbrun -H node1:4,node2:4 --listen-host 10.0.0.1 -- ./worker
+  smbrun -np 3 --min-np 2 --max-np 4 --local-servers 2 -- python3 train_elastic.py
 """
 
 
@@ -223,6 +239,26 @@ def build_parser():
     m.add_argument("--mpi-arg", dest="mpi_args", action="append", default=[], metavar="ARG",
                    help="extra argument for mpirun (--mpi-arg=--oversubscribe); repeatable")
 
+    e = p.add_argument_group("elastic (horovodrun's flags; workers on this host)")
+    e.add_argument("--min-np", type=positive_int, metavar="N",
+                   help="elastic: the fewest workers the job runs with (below it, smbrun waits "
+                        "--elastic-timeout for slots, then fails)")
+    e.add_argument("--max-np", type=positive_int, metavar="N", help="elastic: the most workers")
+    e.add_argument("--host-discovery-script", metavar="PATH",
+                   help="elastic: prints the available HOST:SLOTS lines; run again every second")
+    e.add_argument("--slots-per-host", type=positive_int, metavar="N",
+                   help="elastic: slots of a discovered host printed without :SLOTS (default 1)")
+    e.add_argument("--elastic-timeout", type=positive_float, default=600.0, metavar="S",
+                   help="elastic: seconds to wait for --min-np workers (default 600)")
+    e.add_argument("--reset-limit", type=non_negative_int, metavar="N",
+                   help="elastic: fail after the job re-formed N times (default: no limit)")
+    e.add_argument("--blacklist-cooldown-range", type=positive_float, nargs=2, metavar=("LOW", "HIGH"),
+                   help="elastic: a host whose worker failed gets no new worker for LOW..HIGH seconds "
+                        "(doubling with each failure)")
+    e.add_argument("--resume", metavar="JOB_ID",
+                   help="elastic: continue job JOB_ID from its last commit in the fabric (--servers: the "
+                        "servers that hold it); the same as --job-id JOB_ID with elastic flags")
+
     p.add_argument("-v", "--verbose", action="store_true",
                    help="report servers, worker pids and the steps of shutting down on stderr")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]",
@@ -256,6 +292,27 @@ def parse_args(argv):
             args.hostlist = parse_hostfile(args.hostfile)
     except UsageError as e:
         parser.error(str(e))
+    args.elastic = any(v is not None for v in (args.min_np, args.max_np, args.host_discovery_script, args.resume))
+    if args.elastic:
+        if args.hostlist:
+            parser.error("elastic mode starts its workers on this host: -H/--hostfile (mpirun) do not combine "
+                         "with --min-np/--max-np/--host-discovery-script/--resume")
+        if args.resume:
+            if args.job_id and args.job_id != args.resume:
+                parser.error(f"--resume {args.resume} and --job-id {args.job_id} name different jobs")
+            args.job_id = args.resume
+        if args.np is None:
+            args.np = args.min_np or args.max_np
+        if args.np is None:
+            parser.error("elastic mode needs -np N (or --min-np/--max-np)")
+        if args.min_np is None:
+            args.min_np = args.np
+        if args.max_np is not None and args.max_np < args.min_np:
+            parser.error(f"--max-np {args.max_np} is less than --min-np {args.min_np}")
+        if args.np < args.min_np or (args.max_np is not None and args.np > args.max_np):
+            parser.error(f"-np {args.np} is outside --min-np {args.min_np} .. --max-np {args.max_np}")
+        if args.blacklist_cooldown_range and args.blacklist_cooldown_range[0] > args.blacklist_cooldown_range[1]:
+            parser.error("--blacklist-cooldown-range: LOW is more than HIGH")
     if args.np is None:
         if not args.hostlist:
             parser.error("-np N is required")
@@ -728,26 +785,32 @@ class Launcher:
                 "HOROVOD_LOCAL_RANK": str(rank), "HOROVOD_LOCAL_SIZE": str(n),
                 "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1",
             })
-            kwargs = {}
-            if rank != 0:
-                kwargs["stdin"] = subprocess.DEVNULL
-            if self.args.tag_output:
-                kwargs["stdout"] = subprocess.PIPE
-                kwargs["stderr"] = subprocess.PIPE
-            try:
-                popen = subprocess.Popen(self.args.command, env=env, start_new_session=True,
-                                         preexec_fn=child_setup(signal.SIGKILL), **kwargs)
-            except OSError as e:
-                raise SetupError(f"cannot run the command {shlex.join(self.args.command)}: "
-                                 f"{e.strerror or e}",
-                                 127 if isinstance(e, FileNotFoundError) else 126)
-            proc = Proc(f"rank {rank}", popen)
+            proc = self.spawn_worker(f"rank {rank}", rank, env, keep_stdin=rank == 0)
             proc.rank = rank
-            self.workers.append(proc)
-            self.verbose(f"rank {rank}: pid {popen.pid}: {shlex.join(self.args.command)}")
-            if self.args.tag_output:
-                self.watch_output(popen.stdout, rank, sys.stdout)
-                self.watch_output(popen.stderr, rank, sys.stderr)
+
+    def spawn_worker(self, label, tag, env, keep_stdin=False):
+        """Starts COMMAND as one worker (its own session; SIGKILLed if smbrun
+        dies); its output is prefixed with [tag] under --tag-output."""
+        kwargs = {}
+        if not keep_stdin:
+            kwargs["stdin"] = subprocess.DEVNULL
+        if self.args.tag_output:
+            kwargs["stdout"] = subprocess.PIPE
+            kwargs["stderr"] = subprocess.PIPE
+        try:
+            popen = subprocess.Popen(self.args.command, env=env, start_new_session=True,
+                                     preexec_fn=child_setup(signal.SIGKILL), **kwargs)
+        except OSError as e:
+            raise SetupError(f"cannot run the command {shlex.join(self.args.command)}: "
+                             f"{e.strerror or e}",
+                             127 if isinstance(e, FileNotFoundError) else 126)
+        proc = Proc(label, popen)
+        self.workers.append(proc)
+        self.verbose(f"{label}: pid {popen.pid}: {shlex.join(self.args.command)}")
+        if self.args.tag_output:
+            self.watch_output(popen.stdout, tag, sys.stdout)
+            self.watch_output(popen.stderr, tag, sys.stderr)
+        return proc
 
     def start_mpirun(self, job_id, master_port):
         args = self.args
@@ -938,35 +1001,49 @@ class Launcher:
     def supervise(self):
         """Waits for the workers; returns smbrun's exit status."""
         while True:
-            if self.pending_signals:
-                self.forward_pending_signals()
-            if self.interrupted():
-                # Give the workers the grace to act on the forwarded signal, then force.
-                self.wait_for(self.workers, self.args.grace)
-                if any(w.alive for w in self.workers):
-                    self.stop_workers()
-                return 128 + self.first_signal
+            status = self.stopped_by_signal_or_timeout()
+            if status is not None:
+                return status
             for w in self.workers:
                 if w.code is None and w.poll() is not None and w.code != 0:
                     return self.worker_failed(w)
             if all(w.code is not None for w in self.workers):
                 self.verbose("all workers exited with code 0")
                 return 0
-            if self.timed_out():
-                live = [w.label for w in self.workers if w.alive]
-                log(f"--timeout {self.args.timeout:g} s expired; stopping {', '.join(live)}")
-                self.stop_workers()
-                return EXIT_TIMEOUT
-            for i, srv in enumerate(self.servers):
-                if srv.code is None and srv.poll() is not None:
-                    log(f"{srv.label} (smbd pid {srv.pid} on {self.server_addrs[i]}) "
-                        f"{describe_status(srv.code)} while the job ran; stopping the workers")
-                    text = self.read_log(srv, 2000)
-                    if text:
-                        log(f"its stderr:\n{text}")
-                    self.stop_workers()
-                    return EXIT_SETUP
+            if self.servers_failed():
+                return EXIT_SETUP
             self.pump(0.05)
+
+    def stopped_by_signal_or_timeout(self):
+        """Forwards pending signals; after a signal or --timeout, stops the
+        workers and returns smbrun's exit status (None: go on)."""
+        if self.pending_signals:
+            self.forward_pending_signals()
+        if self.interrupted():
+            # Give the workers the grace to act on the forwarded signal, then force.
+            self.wait_for(self.workers, self.args.grace)
+            if any(w.alive for w in self.workers):
+                self.stop_workers()
+            return 128 + self.first_signal
+        if self.timed_out():
+            live = [w.label for w in self.workers if w.alive]
+            log(f"--timeout {self.args.timeout:g} s expired; stopping {', '.join(live)}")
+            self.stop_workers()
+            return EXIT_TIMEOUT
+        return None
+
+    def servers_failed(self):
+        """True (the workers stopped) if a server smbrun started died."""
+        for i, srv in enumerate(self.servers):
+            if srv.code is None and srv.poll() is not None:
+                log(f"{srv.label} (smbd pid {srv.pid} on {self.server_addrs[i]}) "
+                    f"{describe_status(srv.code)} while the job ran; stopping the workers")
+                text = self.read_log(srv, 2000)
+                if text:
+                    log(f"its stderr:\n{text}")
+                self.stop_workers()
+                return True
+        return False
 
     def worker_failed(self, w):
         if self.mpi:
@@ -991,11 +1068,15 @@ class Launcher:
                 raise Interrupted()
             job_id = self.args.job_id or new_job_id()
             master_port = self.args.master_port or free_port()
-            if self.mpi:
+            if self.args.elastic:
+                from .run_elastic import ElasticDriver
+                status = ElasticDriver(self, job_id, master_port).run()
+            elif self.mpi:
                 self.start_mpirun(job_id, master_port)
+                status = self.supervise()
             else:
                 self.start_local_workers(job_id, master_port)
-            status = self.supervise()
+                status = self.supervise()
         except Interrupted:
             log(f"got {signal.Signals(self.first_signal).name} while starting; stopping")
             status = 128 + self.first_signal

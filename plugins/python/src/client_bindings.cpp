@@ -296,6 +296,7 @@ void bind_client(py::module_& m) {
            })
       .def_property_readonly("servers", &Client::servers)
       .def("describe_paths", &Client::describe_paths)
+      .def("unreachable_servers", &Client::unreachable_servers)
       .def("register_memory", [](Client& c, py::handle memory) {
         const auto mem = host_memory(memory, true);
         PyRegistration r;

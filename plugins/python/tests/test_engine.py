@@ -133,5 +133,67 @@ class UpdateEngineTest(fabric.FabricTestCase):
             self.assertTrue(torch.equal(params, torch.full((N,), 2.0)))
 
 
+# A worker of group 1 in a process of its own: it initializes, says so,
+# then sits holding its engine until it is killed.
+_PEER = """
+import sys, time
+import numpy as np
+import smb
+servers, name, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+engine = smb.UpdateEngine(smb.Client(servers), name, 3000, mode=mode, groups=2, group=1, group_size=1,
+                          group_rank=0, timeout=60)
+engine.initialize(np.zeros(3000, np.float32))
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@needs_numpy
+class PeerLossTest(fabric.FabricTestCase):
+    """A worker of another group is SIGKILLed after initialize(): the
+    asynchronous modes never wait on peers and go on; the synchronous mode
+    fails within 2 s, naming the dead worker, instead of hanging."""
+
+    SERVERS = 2
+
+    def start_peer_and_initialize(self, mode):
+        import subprocess
+        import sys
+        name = self.unique_name("peer-loss")
+        peer = subprocess.Popen([sys.executable, "-c", _PEER, ",".join(self.fabric.servers), name, mode],
+                                env=fabric.child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (peer.kill(), peer.wait(), peer.stdout.close(), peer.stderr.close()))
+        engine = smb.UpdateEngine(self.new_client(), name, N, mode=mode, groups=2, group=0, group_size=1,
+                                  group_rank=0, timeout=60)
+        params = np.ones(N, np.float32)
+        engine.initialize(params)
+        if peer.stdout.readline().strip() != "ready":
+            peer.kill()
+            self.fail(f"the peer did not initialize: {peer.stderr.read()}")
+        peer.kill()
+        peer.wait()
+        return engine, params
+
+    def test_asynchronous_modes_go_on(self):
+        for mode in ("seasgd", "downpour"):
+            with self.subTest(mode=mode):
+                engine, params = self.start_peer_and_initialize(mode)
+                for _ in range(20):
+                    params -= np.float32(0.01)
+                    engine.after_step(params)
+                final = np.empty(N, np.float32)
+                engine.global_weights(final)
+                self.assertTrue(np.all(np.isfinite(final)))
+
+    def test_synchronous_mode_names_the_dead_worker_within_2_s(self):
+        import time
+        engine, params = self.start_peer_and_initialize("sync")
+        started = time.monotonic()
+        with self.assertRaises(smb.Unreachable) as caught:
+            engine.after_step(params)
+        self.assertLess(time.monotonic() - started, 2.0)
+        self.assertIn("the worker of group 1, rank 0 died", str(caught.exception))
+
+
 if __name__ == "__main__":
     fabric.main()

@@ -27,7 +27,7 @@ import threading
 
 import smb
 
-from . import fabric
+from . import elastic, fabric
 
 log = logging.getLogger("smb.torch")
 
@@ -100,12 +100,19 @@ def _job_id(size):
 class State:
     """Everything init() sets up; shutdown() takes it down."""
 
-    def __init__(self, rank, size, local_rank, local_size, cross_rank, cross_size, client, job):
+    def __init__(self, rank, size, local_rank, local_size, cross_rank, cross_size, client, job, elastic=None):
         self.rank, self.size = rank, size
         self.local_rank, self.local_size = local_rank, local_size
         self.cross_rank, self.cross_size = cross_rank, cross_size
         self.client = client
-        self.job = fabric.buffer_name("hvd", job)
+        # An elastic job's rounds each have a namespace of their own: a
+        # re-formed job starts its collectives afresh.
+        self.elastic = elastic
+        self.job = fabric.buffer_name("hvd", job, f"r{elastic.round.number}") if elastic else \
+            fabric.buffer_name("hvd", job)
+        # Where the job's collectives put their buffers: an elastic round
+        # names the servers smbrun reached when it made the round.
+        self.servers = elastic.servers() if elastic else list(client.servers)
         self.stalls = fabric.Stalls()
         self.process_sets = {}   # id -> fabric.ProcessGroupState (where this rank is a member)
         self.set_ranks = {}      # id -> ranks, every registered set
@@ -116,16 +123,33 @@ class State:
         # The longest a collective's data phase waits once every rank arrived.
         self.op_timeout = float(os.environ.get("SMB_TORCH_OP_TIMEOUT", "600"))
         # Held for this rank's lifetime: the servers release it when this
-        # process dies, which is how waiting ranks learn that it did.
-        self._alive = client.lock(self.alive_name(rank), lease=86400.0, timeout=60.0)
+        # process dies, which is how waiting ranks learn that it did. An
+        # elastic worker holds one for its process's life, by worker id.
+        if elastic:
+            self.stalls.liveness = min(self.stalls.liveness, 0.5)
+            self._alive = None
+        else:
+            self._alive = client.lock(self.alive_name(rank), lease=86400.0, timeout=60.0)
 
     def alive_name(self, rank):
+        if self.elastic:
+            return self.elastic.alive_name(self.elastic.round.workers[rank])
         return fabric.buffer_name(self.job, "alive", rank)
 
+    def watch(self, what):
+        """Called while a wait of collective `what` goes on: in an elastic
+        job, fails it at once when smbrun says a member left."""
+        if self.elastic:
+            self.elastic.check(what)
+
     def alive(self, rank):
-        """False once `rank` has died (its liveness lock came free)."""
+        """False once `rank` has died (its liveness lock came free). In an
+        elastic job smbrun reports deaths (watch()): no probes, since a
+        worker whose lock's home server is lost holds none."""
         if rank in self.dead:
             return False
+        if self.elastic:
+            return True
         try:
             probe = self.client.lock(self.alive_name(rank), lease=1.0, timeout=0.01)
         except smb.Timeout:
@@ -162,7 +186,7 @@ class State:
                     "\n".join(f"{r}: [{name}]" for r in missing))
 
     def open_or_create(self, name, size, stripe_unit, servers=None):
-        return self.client.open_or_create(name, size, stripe_unit=stripe_unit, servers=servers)
+        return self.client.open_or_create(name, size, stripe_unit=stripe_unit, servers=servers or self.servers)
 
     def barrier(self, what, timeout=300.0):
         self.client.barrier(fabric.buffer_name(self.job, "barrier", what), self.size, timeout)
@@ -180,13 +204,16 @@ def init(comm=None, process_sets=None, rank=None, size=None, local_rank=None, lo
         if _state is None:
             if comm is not None and not isinstance(comm, (list, tuple)):
                 log.info("smb.torch: init(comm=...) ignored; ranks come from the launcher")
-            rank, size, local_rank, local_size, cross_rank = _topology(rank, size, local_rank, local_size)
-            cross_size = max(1, size // local_size)
-            client = smb.Client(servers)
-            state = State(rank, size, local_rank, local_size, cross_rank, cross_size, client, _job_id(size))
-            state.barrier("init")
-            _state = state
-            ps.register_global(state)
+            if elastic.enabled():
+                _state = _form_elastic(smb.Client(servers), None)
+            else:
+                rank, size, local_rank, local_size, cross_rank = _topology(rank, size, local_rank, local_size)
+                cross_size = max(1, size // local_size)
+                client = smb.Client(servers)
+                state = State(rank, size, local_rank, local_size, cross_rank, cross_size, client, _job_id(size))
+                state.barrier("init")
+                _state = state
+            ps.register_global(_state)
             from . import timeline
             timeline.start_from_environment()
             atexit.register(shutdown)
@@ -196,6 +223,44 @@ def init(comm=None, process_sets=None, rank=None, size=None, local_rank=None, lo
             os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
         elif process_sets:
             ps.register_initial(_state, process_sets)
+
+
+def _form_elastic(client, job):
+    """An elastic worker's state at the round that takes it in (one host:
+    every worker is local; rank = place in the round)."""
+    if job is None:
+        worker = os.environ.get("SMB_WORKER_ID")
+        if not worker:
+            raise fabric.HorovodInternalError("SMB_ELASTIC=1 without SMB_WORKER_ID: elastic workers are started by "
+                                              "smbrun --min-np/--max-np/--host-discovery-script")
+        job = elastic.ElasticJob(client, _job_id(2), worker)
+    rnd = job.form()
+    rank, size = rnd.rank_of(job.worker), len(rnd.workers)
+    state = State(rank, size, rank, size, 0, 1, job.round_client(), job.job, elastic=job)
+    job.commits.enter_round(rnd.number, size, rank, state.open_or_create(
+        fabric.buffer_name(state.job, "commit"), 64, stripe_unit=64), state.servers)
+    if rank == 0:
+        job.cleanup_rounds(rnd.number)
+    log.info("smb.torch elastic: worker %s is rank %d of %d (round %d)", job.worker, rank, size, rnd.number)
+    return state
+
+
+def reform():
+    """Elastic jobs: leaves the current round and forms the job again at
+    the newest round (new rank(), size() and global process set; other
+    process sets are dropped, as in Horovod's elastic mode)."""
+    global _state
+    from . import handles
+    from . import process_sets as ps
+    with _state_lock:
+        old = state()
+        if not old.elastic:
+            raise ValueError("reform() is for elastic jobs (smbrun --min-np/--max-np)")
+        handles.reset()
+        ps.reset()
+        _state = _form_elastic(old.client, old.elastic)
+        ps.register_global(_state)
+        return _state
 
 
 def shutdown():
@@ -227,7 +292,8 @@ def shutdown():
         # servers would keep it, and init() again (same job, same rank) would
         # wait for it in vain.
         try:
-            state._alive.unlock()
+            if state._alive is not None:
+                state._alive.unlock()
         except smb.Error:
             pass
         _state = None

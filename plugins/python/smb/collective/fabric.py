@@ -183,7 +183,7 @@ class Collective:
         rt = group.runtime
         base = buffer_name(group.namespace, name)
         self.base = base
-        servers = rt.client.servers
+        servers = rt.servers
         home = int(hashlib.blake2s(base.encode(), digest_size=4).hexdigest(), 16) % len(servers)
         size = 8 + 2 * group.size * group.slot_bytes
         self.ctl = rt.open_or_create(base + "/ctl", size, stripe_unit=_round_up(size, 64),
@@ -232,6 +232,7 @@ class Collective:
                 return self.group.size
             except smb.Timeout:
                 slice_s = min(2 * slice_s, stalls.liveness)
+            rt.watch(self.name)
             joined = self._joined_instead(g)
             if joined:
                 missing = self._missing(g, joined)
@@ -283,6 +284,7 @@ class Collective:
                 return
             except smb.Timeout:
                 slice_s = min(2 * slice_s, 1.0)
+            rt.watch(self.name)
             now = time.monotonic()
             given_up = [self.group.ranks[i] for i, s in enumerate(self._slots(self.generation))
                         if s and s.get("g") == self.generation and s.get("aborted")]
@@ -354,7 +356,7 @@ class Collective:
         entry = self._reductions.get((dtype, nbytes))  # looked up once: hashing and names cost per call
         if entry is None:
             rt = self.group.runtime
-            striping = Striping(nbytes, sorted(rt.client.servers), f"{self.base}/{dtype}")
+            striping = Striping(nbytes, sorted(rt.servers), f"{self.base}/{dtype}")
             name = f"{self.base}/red-{dtype}-{nbytes}"
             size = striping.region * (2 + self.group.size)
             buf = rt.open_or_create(name, size, stripe_unit=striping.stripe_unit, servers=striping.servers)
@@ -375,8 +377,8 @@ class Collective:
             capacity = _round_up(max(nbytes, 64), 4096) if current is None else max(nbytes, 2 * current[2])
             rt = self.group.runtime
             name = f"{self.base}/part-{rt.rank}-{parity}-{capacity}"
-            servers = len(rt.client.servers)
-            buf = rt.client.create(name, capacity, stripe_unit=_round_up(-(-capacity // servers), 64))
+            buf = rt.client.create(name, capacity, stripe_unit=_round_up(-(-capacity // len(rt.servers)), 64),
+                                   servers=rt.servers)
             current = self._parts[parity] = (name, buf, capacity)
         if nbytes:
             current[1].write(0, data)

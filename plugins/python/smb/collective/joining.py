@@ -66,6 +66,7 @@ def join(state):
             buf.wait_version(epoch * size, timeout=state.stalls.liveness)
             break
         except smb.Timeout:
+            state.watch("join")
             epochs = struct.unpack(f"<{size}q", buf.read(_EPOCHS, size=8 * size))
             dead = [group.ranks[i] for i, e in enumerate(epochs) if e < epoch and not state.alive(group.ranks[i])]
             if dead:

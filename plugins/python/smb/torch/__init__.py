@@ -26,7 +26,7 @@ from smb.collective.fabric import HorovodInternalError
 from smb.collective.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from smb.collective.timeline import start_timeline, stop_timeline
 
-from . import compression, functions, optimizer, sync_batch_norm
+from . import compression, elastic, functions, optimizer, sync_batch_norm
 from . import ops as mpi_ops
 from .compression import Compression
 from .ddp import fabric_allreduce_hook

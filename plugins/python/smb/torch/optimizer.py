@@ -67,7 +67,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._step_started = None  # the first collective's start in this step
         self._stats = {"steps": 0, "exchange_s": 0.0, "exposed_s": 0.0}
         self._grads_dropped = False  # zero_grad(set_to_none=True) seen: laying buckets out would be wasted
-        if process_set.included() and basics.size() > 1:
+        # An elastic job that is one worker now may grow: it keeps its hooks.
+        if process_set.included() and (basics.size() > 1 or basics.state().elastic is not None):
             self._register_hooks()
 
     # -------------------------------------------------------------- hooks
@@ -86,7 +87,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # Reverse parameter order until the first step shows the real one.
             groups = _fusion_buckets(list(reversed(ordered)), *_bucket_caps())
             self._rebuild = groups is not None
-        if groups:
+        if groups and basics.state().elastic is not None:
+            # An elastic worker may join a running job alone: no collective
+            # here. hvd.elastic's reset gives every member rank 0's buckets.
+            self._group_of = _form_groups(groups, ordered)
+        elif groups:
             from .functions import broadcast_object
             names = broadcast_object([self._parameter_names[p] for p in ordered], root_rank=0,
                                      process_set=self.process_set)
@@ -312,6 +317,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         result = super(self.__class__, self).zero_grad(*args, **kwargs)
         self._grads_dropped = self._grads_dropped or any(p.grad is None for p in had)
         return result
+
+    def _agree_on_buckets(self):
+        """Elastic jobs, each time the job forms (every member calls it):
+        rank 0's fusion buckets, and whether they are still to be rebuilt
+        from the first step's readiness, on every member, so that a member
+        that just joined fuses the same tensors as those that trained."""
+        if not self._grad_accs:
+            return
+        from .functions import broadcast_object
+        buckets = []
+        for p in self._ordered:
+            group = self._group_of.get(p)
+            if group is not None and group[0] is p:
+                buckets.append([self._parameter_names[q] for q in group])
+        buckets, rebuild = broadcast_object((buckets, self._rebuild), root_rank=0, name="elastic.buckets",
+                                            process_set=self.process_set)
+        by_name = {self._parameter_names[p]: p for p in self._ordered}
+        self._group_of = {}
+        for names in buckets:
+            group = [by_name[n] for n in names if n in by_name]
+            self._group_of.update({p: group for p in group})
+        self._rebuild = rebuild
+        self._ready.clear()
+        self._handles = {}
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
