@@ -3,6 +3,7 @@
 #include "replies.hpp"
 
 #include <array>
+#include <chrono>
 #include <string>
 
 namespace smb::server {
@@ -74,6 +75,21 @@ void segment_digest(Services& s, Request& r, const ReplyFn& reply) {
   });
 }
 
+// A repair's read of its source's version, answered between ops as
+// version_call's settled read is: where an op is being applied, once it
+// ends, so that the version never names bytes that are half way through an
+// op (the copy that takes it gets that op's bytes, or none of them).
+void get_version(Services& s, Request& r, const ReplyFn& reply) {
+  const auto name = protocol::get_segment_name(r.body, "name", "get_version");
+  const auto settled = s.requests.settled_version(name);
+  if (settled.now == settled.after_running) return reply(protocol::ok_reply({{"version", settled.now}}));
+  s.versions.wait(r.session, name, settled.after_running, std::chrono::minutes(1),
+                  [reply](protocol::FixedReply answer) {
+                    reply(answer.code == Errc::ok ? protocol::ok_reply({{"version", answer.version}})
+                                                  : protocol::error_reply(answer.code, answer.message));
+                  });
+}
+
 // A repaired copy's version: version waits on it may have been reached.
 void set_version(Services& s, Request& r, const ReplyFn& reply) {
   const auto name = protocol::get_segment_name(r.body, "name", "set_version");
@@ -95,7 +111,7 @@ constexpr std::array kRoutes{
     Route{MessageType::stat, stat},
     Route{MessageType::list_layouts, at_once<&RequestHandler::list_layouts>},
     Route{MessageType::abandon_name, at_once<&RequestHandler::abandon_name>},
-    Route{MessageType::get_version, at_once<&RequestHandler::get_version>},  // a repair's (clients call version_call)
+    Route{MessageType::get_version, get_version},  // a repair's (clients call version_call)
     Route{MessageType::lock, deferred<&Coordination::lock>},
     Route{MessageType::unlock, deferred<&Coordination::unlock>},
     Route::for_call(MessageType::vector_call),

@@ -242,8 +242,4 @@ Body RequestHandler::list_layouts(SessionId, const Body& req) {
   return page_reply(Body::object(), "layouts", page, std::move(layouts));
 }
 
-Body RequestHandler::get_version(SessionId, const Body& req) {
-  return protocol::ok_reply({{"version", registry_.store().version(protocol::get_segment_name(req, "name", "get_version"))}});
-}
-
 }  // namespace smb::server

@@ -40,7 +40,6 @@ class RequestHandler {
   Body destroy(SessionId session, const Body& request);
   Body stat(SessionId session, const Body& request);
   Body list_layouts(SessionId session, const Body& request);
-  Body get_version(SessionId session, const Body& request);
   // Repair (LayoutCatalog::begin_repair and after).
   Body begin_repair(SessionId session, const Body& request);
   Body end_repair(SessionId session, const Body& request);
