@@ -173,9 +173,6 @@ class ElasticDriver:
             free += [Slot(host, i) for i in range(slots) if (host, i) not in used]
         return free
 
-    def capacity(self):
-        return min(self.args.max_np or 1 << 30, len(self.live) + len(self.free_slots()))
-
     # ------------------------------------------------------------- workers
 
     def start_worker(self, slot, join_later=False):

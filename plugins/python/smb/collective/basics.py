@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import threading
+import time
 
 import smb
 
@@ -123,8 +124,8 @@ class State:
         # The longest a collective's data phase waits once every rank arrived.
         self.op_timeout = float(os.environ.get("SMB_TORCH_OP_TIMEOUT", "600"))
         # Held for this rank's lifetime: the servers release it when this
-        # process dies, which is how waiting ranks learn that it did. An
-        # elastic worker holds one for its process's life, by worker id.
+        # process dies, which is how waiting ranks learn that it did. In an
+        # elastic job smbrun reports deaths instead (watch()).
         if elastic:
             self.stalls.liveness = min(self.stalls.liveness, 0.5)
             self._alive = None
@@ -132,9 +133,33 @@ class State:
             self._alive = client.lock(self.alive_name(rank), lease=86400.0, timeout=60.0)
 
     def alive_name(self, rank):
-        if self.elastic:
-            return self.elastic.alive_name(self.elastic.round.workers[rank])
         return fabric.buffer_name(self.job, "alive", rank)
+
+    def wait_version(self, buf, target, what, between=None):
+        """Waits for `buf`'s version to reach `target`: notified, in slices
+        that grow to the liveness interval; between slices it watches the
+        elastic membership (a wait whose target was reached before a member
+        left still completes), calls `between()` (the caller's own checks),
+        and gives up after SMB_TORCH_OP_TIMEOUT."""
+        deadline = time.monotonic() + self.op_timeout
+        slice_s = 0.005
+        while True:
+            try:
+                buf.wait_version(target, timeout=slice_s)
+                return
+            except smb.Timeout:
+                slice_s = min(2 * slice_s, 1.0, self.stalls.liveness)
+            try:
+                self.watch(what)
+            except elastic.WorkerLeft:
+                if buf.version() >= target:
+                    return
+                raise
+            if between is not None:
+                between()
+            if time.monotonic() >= deadline:
+                raise fabric.HorovodInternalError(f"{what}: no progress in {self.op_timeout:.0f} s "
+                                                  "(SMB_TORCH_OP_TIMEOUT)")
 
     def watch(self, what):
         """Called while a wait of collective `what` goes on: in an elastic
@@ -144,8 +169,7 @@ class State:
 
     def alive(self, rank):
         """False once `rank` has died (its liveness lock came free). In an
-        elastic job smbrun reports deaths (watch()): no probes, since a
-        worker whose lock's home server is lost holds none."""
+        elastic job smbrun reports deaths (watch()): no locks, no probes."""
         if rank in self.dead:
             return False
         if self.elastic:

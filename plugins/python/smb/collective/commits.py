@@ -128,7 +128,8 @@ class CommitStore:
         self._state = None       # the state buffer of self._layout
         self._written = [{}, {}]  # per slot: tensor index -> change key this member wrote there
         self._round = None       # [round number, members, index, commit counter, arrivals so far]
-        self._blobs = [None, None]  # blob buffers this member writes (member blob_writer)
+        self._blobs = [None, None]  # blob buffers this member writes (member 0)
+        self._round_servers = []    # where the round's new buffers go (enter_round)
 
     # ------------------------------------------------------------- the round
 
@@ -141,7 +142,7 @@ class CommitStore:
         self.forget_written()
 
     def _servers(self):
-        return getattr(self, "_round_servers", None) or list(self.client.servers)
+        return self._round_servers or list(self.client.servers)
 
     def forget_written(self):
         self._written = [{}, {}]

@@ -51,21 +51,10 @@ class ElasticJob:
                 "--min-np/--max-np/--host-discovery-script (SMB_ELASTIC=1 is set by it)") from None
         self.signals = membership.open_signals(client, job)
         self.commits = commits.CommitStore(client, job)
-        # Held for the process's life: the servers release it when it dies
-        # (other ranks' probes, as outside elastic jobs). Only a help here:
-        # smbrun reports deaths, and a lock's home may be a lost server.
-        try:
-            self.alive_lock = client.lock(self.alive_name(worker_id), lease=86400.0, timeout=60.0)
-        except (smb.Unreachable, smb.ServerGone) as e:
-            log.warning("worker %s: no liveness lock (%s); smbrun reports deaths all the same", worker_id, e)
-            self.alive_lock = None
         self.round = None       # the membership.Round this worker trains in
         self.seen = 0           # the newest round number looked at
         self._clients = {}      # tuple of servers -> smb.Client (round_client)
         membership.mark_ready(self.signals, worker_id)  # smbrun takes it into the next round
-
-    def alive_name(self, worker):
-        return fabric.buffer_name("hvd", self.job, "alive", worker)
 
     # ------------------------------------------------------------- forming
 

@@ -274,28 +274,18 @@ class Collective:
         between slices it checks that no participant died or gave up on this
         generation, so that neither turns into a hang."""
         rt = self.group.runtime
-        deadline = time.monotonic() + rt.op_timeout
-        next_probe = time.monotonic() + rt.stalls.liveness
-        slice_s = 0.02
         ranks = [self.group.ranks[i] for i in participants]
-        while True:
-            try:
-                buf.wait_version(target, timeout=slice_s)
-                return
-            except smb.Timeout:
-                slice_s = min(2 * slice_s, 1.0)
-            rt.watch(self.name)
-            now = time.monotonic()
+        next_probe = [time.monotonic() + rt.stalls.liveness]
+
+        def check():
             given_up = [self.group.ranks[i] for i, s in enumerate(self._slots(self.generation))
                         if s and s.get("g") == self.generation and s.get("aborted")]
             if given_up:
                 raise CollectiveError(f"collective '{self.name}': rank(s) {given_up} gave up on it (stall shutdown)")
-            if now >= next_probe:
+            if time.monotonic() >= next_probe[0]:
                 rt.raise_if_dead(self.name, ranks, probe=True)
-                next_probe = now + rt.stalls.liveness
-            if now >= deadline:
-                raise HorovodInternalError(f"collective '{self.name}': no progress in {rt.op_timeout:.0f} s "
-                                           "(SMB_TORCH_OP_TIMEOUT)")
+                next_probe[0] = time.monotonic() + rt.stalls.liveness
+        rt.wait_version(buf, target, f"collective '{self.name}'", between=check)
 
     def resync(self):
         """After a join: every rank is quiescent (between two barriers), and

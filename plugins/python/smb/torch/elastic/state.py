@@ -26,7 +26,6 @@ import pickle
 import torch
 
 from smb.collective import basics
-from smb.collective.elastic import WorkerLeft
 from smb.collective.fabric import HorovodInternalError
 
 log = logging.getLogger("smb.torch.elastic")
@@ -278,28 +277,6 @@ def _job():
 
 
 def _waiter(rt):
-    """The commit's wait for every member: notified, failing at once when
-    smbrun reports a member gone (and after SMB_TORCH_OP_TIMEOUT)."""
-    import time
-
-    import smb
-
-    def wait_all(counter, target):
-        deadline = time.monotonic() + rt.op_timeout
-        slice_s = 0.005
-        while True:
-            try:
-                counter.wait_version(target, timeout=slice_s)
-                return
-            except smb.Timeout:
-                slice_s = min(2 * slice_s, 0.25)
-            try:
-                rt.watch("elastic commit")
-            except WorkerLeft:
-                if counter.version() >= target:
-                    return  # everyone's share arrived before the worker left
-                raise
-            if time.monotonic() >= deadline:
-                raise HorovodInternalError(f"elastic commit: not every member arrived in {rt.op_timeout:.0f} s")
-    return wait_all
-
+    """The commit's wait for every member (basics.State.wait_version: fails
+    at once when smbrun reports a member gone)."""
+    return lambda counter, target: rt.wait_version(counter, target, "elastic commit")
