@@ -72,7 +72,7 @@ ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
   if (options_.transport.empty()) options_.transport = env_or("SMB_TRANSPORT", "ucx");
   if (options_.auth_token_file.empty()) options_.auth_token_file = env_or("SMB_AUTH_TOKEN_FILE", "");
   if (!options_.auth_token_file.empty())
-    auth_secret_ = protocol::read_secret_file(options_.auth_token_file, "SMB_AUTH_TOKEN_FILE / auth_token_file");
+    auth_ = protocol::ClientAuth::from_file(options_.auth_token_file, "SMB_AUTH_TOKEN_FILE / auth_token_file");
   sorted_servers_ = options_.servers;
   std::sort(sorted_servers_.begin(), sorted_servers_.end());
   sorted_servers_.erase(std::unique(sorted_servers_.begin(), sorted_servers_.end()), sorted_servers_.end());
@@ -148,7 +148,7 @@ client::ServerLink& ClientCore::connect(const std::string& server) {
                                                                {"id", id_},
                                                                {"transport", transport_->name()},
                                                                {"address", protocol::binary(transport_->address())}},
-                                                          auth_secret_);
+                                                          auth_);
   // The data channel presents the session's ticket: the server serves it
   // only while this control session is open (ChannelAdmission).
   const auto& hello = l.control->hello_reply();
@@ -157,7 +157,7 @@ client::ServerLink& ClientCore::connect(const std::string& server) {
   if (hello.contains("instance")) l.instance = protocol::get_u64(hello, "instance", "hello");
   l.waits = std::make_unique<client::WaitConnections>(
       server, options_.timeout, Body{{"client", "libsmb-wait"}, {"id", id_}, {"transport", transport_->name()}},
-      auth_secret_);
+      auth_);
   return *links_.insert_or_assign(server, std::move(made)).first->second;
 }
 

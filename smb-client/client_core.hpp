@@ -198,7 +198,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // server: a repair checks by it that everyone with a copy open was paused.
   const std::uint64_t id_ = util::random_id();
   ClientOptions options_;
-  std::string auth_secret_;  // from options_.auth_token_file (protocol/auth.hpp); empty: none
+  protocol::ClientAuth auth_;  // from options_.auth_token_file: a secret or a credential; empty: none
   std::vector<std::string> sorted_servers_;
   std::unique_ptr<transport::ClientTransport> transport_;
   mutable std::mutex links_mutex_;

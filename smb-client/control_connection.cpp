@@ -39,7 +39,7 @@ void ControlConnection::run_bounded(const std::string& what, std::chrono::millis
 }
 
 ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds timeout,
-                                     const protocol::Body& hello, const std::string& secret)
+                                     const protocol::Body& hello, const protocol::ClientAuth& auth)
     : peer_(std::move(peer)), timeout_(timeout), socket_(io_) {
   const auto hp = util::parse_host_port(peer_);
   tcp::resolver resolver(io_);
@@ -50,14 +50,14 @@ ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds
   socket_.set_option(tcp::no_delay(true));
   hello_reply_ = call(protocol::MessageType::hello, hello);
   if (hello_reply_.contains("challenge")) {
-    if (secret.empty()) {
+    if (auth.empty()) {
       broken_ = true;
       throw Error(Errc::permission_denied,
                   "server " + peer_ + " wants a shared secret (it runs with --auth-token-file): give this client "
                   "the same one with SMB_AUTH_TOKEN_FILE=FILE");
     }
     const auto challenge = protocol::get_binary(hello_reply_, "challenge", "hello");
-    hello_reply_ = call(protocol::MessageType::auth, {{"proof", protocol::binary(protocol::auth_proof(secret, challenge))}});
+    hello_reply_ = call(protocol::MessageType::auth, auth.answer(challenge));
   }
   session_ = protocol::get_u64(hello_reply_, "session", "hello");
 }

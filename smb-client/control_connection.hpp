@@ -1,6 +1,7 @@
 #pragma once
 // A client's control connection to one smbd: synchronous request/reply over
 // TCP, every call bounded by the client's timeout.
+#include "protocol/credential.hpp"
 #include "protocol/messages.hpp"
 
 #include <boost/asio.hpp>
@@ -15,10 +16,11 @@ namespace smb::client {
 class ControlConnection {
  public:
   // Connects and says hello (smbd serves nothing before it), and answers the
-  // server's challenge with `secret` where it asks for one (protocol/auth.hpp);
+  // server's challenge with `auth` (the shared secret or a credential:
+  // protocol/credential.hpp) where it asks for one;
   // the server's answer is kept in hello_reply().
   ControlConnection(std::string peer, std::chrono::milliseconds timeout, const protocol::Body& hello,
-                    const std::string& secret);
+                    const protocol::ClientAuth& auth);
   const protocol::Body& hello_reply() const { return hello_reply_; }
   // This connection's session at the server (calls name it: a barrier).
   std::uint64_t session() const { return session_; }

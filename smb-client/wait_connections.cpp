@@ -7,8 +7,8 @@ constexpr std::size_t kMaxIdle = 4;  // more idle sockets than this are closed o
 }
 
 WaitConnections::WaitConnections(std::string peer, std::chrono::milliseconds timeout, protocol::Body hello,
-                                 std::string secret)
-    : peer_(std::move(peer)), timeout_(timeout), hello_(std::move(hello)), secret_(std::move(secret)) {}
+                                 protocol::ClientAuth auth)
+    : peer_(std::move(peer)), timeout_(timeout), hello_(std::move(hello)), auth_(std::move(auth)) {}
 
 std::shared_ptr<ControlConnection> WaitConnections::acquire() {
   std::unique_ptr<ControlConnection> connection;
@@ -19,7 +19,7 @@ std::shared_ptr<ControlConnection> WaitConnections::acquire() {
       idle_->connections.pop_back();
     }
   }
-  if (!connection) connection = std::make_unique<ControlConnection>(peer_, timeout_, hello_, secret_);
+  if (!connection) connection = std::make_unique<ControlConnection>(peer_, timeout_, hello_, auth_);
   std::weak_ptr<Idle> home = idle_;
   return {connection.release(), [home](ControlConnection* raw) {
             std::unique_ptr<ControlConnection> back(raw);

@@ -17,7 +17,7 @@ namespace smb::client {
 class WaitConnections {
  public:
   // `hello` is what each new connection says first.
-  WaitConnections(std::string peer, std::chrono::milliseconds timeout, protocol::Body hello, std::string secret);
+  WaitConnections(std::string peer, std::chrono::milliseconds timeout, protocol::Body hello, protocol::ClientAuth auth);
   // An idle connection or a new one; it comes back here when the last copy
   // goes, unless it broke (a timed-out wait closes it).
   std::shared_ptr<ControlConnection> acquire();
@@ -30,7 +30,7 @@ class WaitConnections {
   std::string peer_;
   std::chrono::milliseconds timeout_;
   protocol::Body hello_;
-  std::string secret_;
+  protocol::ClientAuth auth_;
   std::shared_ptr<Idle> idle_ = std::make_shared<Idle>();  // outlived by returning connections
 };
 

@@ -10,17 +10,20 @@
 #include <atomic>
 #include <map>
 #include <mutex>
-#include <set>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace smb::server {
 
 class ChannelTickets {
  public:
-  // A fresh random ticket for `session` (one per session).
-  std::vector<std::uint8_t> issue(SessionId session);
+  // A fresh random ticket for `session` (one per session), whose channels
+  // reach the names starting with `scope` only (empty: every name).
+  std::vector<std::uint8_t> issue(SessionId session, const std::string& scope);
   void revoke(SessionId session);
-  bool admits(std::span<const std::uint8_t> ticket) const;
+  // The scope of the open session that holds `ticket`; nullopt: none does.
+  std::optional<std::string> admits(std::span<const std::uint8_t> ticket) const;
   // What the transport checks channels against.
   transport::ChannelAdmission admission() const;
 
@@ -28,7 +31,7 @@ class ChannelTickets {
   // Digests (protocol::digest) of the tickets of open sessions.
   mutable std::mutex mutex_;
   std::map<SessionId, std::vector<std::uint8_t>> by_session_;
-  std::set<std::vector<std::uint8_t>> live_;
+  std::map<std::vector<std::uint8_t>, std::string> live_;  // digest -> scope
   std::atomic<std::uint64_t> revocations_{0};
 };
 

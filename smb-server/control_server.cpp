@@ -1,6 +1,7 @@
 #include "control_server.hpp"
 
 #include "control_session.hpp"
+#include "protocol/credential.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -133,12 +134,17 @@ void ControlServer::shutdown() {
   for (const auto& s : std::set(sessions_)) s->close();
 }
 
-void ControlServer::serve(SessionId session, std::uint16_t type, std::span<const std::uint8_t> body,
-                          ReplyFn reply) {
+void ControlServer::serve(SessionId session, const std::string& scope, std::uint16_t type,
+                          std::span<const std::uint8_t> body, ReplyFn reply) {
   reply = reply_once(metrics_.timed(type, std::move(reply)));
   guarded(type, reply, [&] {
     const Route& route = route_for(type, kControl);
-    Request request{session, type, protocol::decode_body(body)};
+    Request request{session, type, protocol::decode_body(body), scope};
+    // A credential's session names nothing outside its prefix: every
+    // request that names a buffer (or a segment, a lock) calls it "name".
+    if (!scope.empty())
+      if (auto name = request.body.find("name"); name != request.body.end() && name->is_string())
+        protocol::check_scope(name->get_ref<const std::string&>(), scope, protocol::message_name(type));
     route.handler(services_, request, reply);
   });
 }

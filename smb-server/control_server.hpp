@@ -33,11 +33,15 @@ class ControlServer {
   // A call that came over the data path (transport.hpp): vector ops, version
   // reads and waits, barriers, a replicated buffer's atomics. Runs on the
   // transport's thread; answers through `respond`.
-  void serve_call(transport::Bytes frame, transport::Bytes payload, transport::Respond respond);
+  // `scope`: the calling channel's (transport.hpp's CallHandler).
+  void serve_call(transport::Bytes frame, transport::Bytes payload, std::string_view scope,
+                  transport::Respond respond);
 
   // For sessions (io thread). Serves one request; `reply` is called exactly
   // once, on the io thread, with an ok or error reply. Never throws.
-  void serve(SessionId session, std::uint16_t type, std::span<const std::uint8_t> body, ReplyFn reply);
+  // `scope`: the session's credential prefix (empty: every name).
+  void serve(SessionId session, const std::string& scope, std::uint16_t type, std::span<const std::uint8_t> body,
+             ReplyFn reply);
   void session_ended(const std::shared_ptr<ControlSession>& session);
   const ConnectionLimits& limits() const { return limits_; }
   // The tickets binding each session's data channels to it (a greeted
@@ -59,7 +63,7 @@ class ControlServer {
   // A vector_call, version_call, barrier_call or atomic_call (fixed binary
   // bodies, data_path_calls.cpp).
   void serve_fixed_call(const protocol::Header& header, std::span<const std::uint8_t> body, transport::Bytes payload,
-                         transport::Respond respond);
+                         std::string_view scope, transport::Respond respond);
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;

@@ -2,6 +2,8 @@
 
 #include "control_server.hpp"
 #include "protocol/auth.hpp"
+#include "protocol/credential.hpp"
+#include "util/parse.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -31,7 +33,8 @@ std::string seconds(std::chrono::milliseconds d) {
 }  // namespace
 
 ControlSession::ControlSession(ControlServer& server, tcp::socket socket, SessionId id)
-    : server_(server), socket_(std::move(socket)), deadline_(socket_.get_executor()), id_(id) {
+    : server_(server), socket_(std::move(socket)), deadline_(socket_.get_executor()), expiry_(socket_.get_executor()),
+      id_(id) {
   boost::system::error_code ec;
   auto remote = socket_.remote_endpoint(ec);
   peer_ = ec ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
@@ -45,6 +48,7 @@ void ControlSession::start() {
 void ControlSession::close() {
   boost::system::error_code ignored;
   deadline_.cancel();
+  expiry_.cancel();
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
 }
@@ -125,7 +129,7 @@ void ControlSession::frame_complete() {
   if (!challenge_.empty()) return check_proof();  // read_header let nothing but auth through
   if (!greeted_ && request_.type == kHello) return greet(body_);
   deferred_ = true;
-  server_.serve(id_, request_.type, body_, [self = shared_from_this()](protocol::Body reply) {
+  server_.serve(id_, scope_, request_.type, body_, [self = shared_from_this()](protocol::Body reply) {
     if (!self->ended_) self->send(reply);
   });
   body_ = {};  // serve() decoded it; a large body's memory goes back now
@@ -133,13 +137,13 @@ void ControlSession::frame_complete() {
 }
 
 void ControlSession::greet(std::span<const std::uint8_t> hello) {
-  server_.serve(id_, kHello, hello, [self = shared_from_this()](protocol::Body reply) {
+  server_.serve(id_, scope_, kHello, hello, [self = shared_from_this()](protocol::Body reply) {
     if (self->ended_) return;
     if (protocol::is_ok(reply)) {
       self->greeted_ = true;
       self->disarm();
       // What its data channels present to the transport (channel_admission.hpp).
-      reply["ticket"] = protocol::binary(self->server_.tickets().issue(self->id_));
+      reply["ticket"] = protocol::binary(self->server_.tickets().issue(self->id_, self->scope_));
     }
     self->send(reply);
   });
@@ -154,25 +158,69 @@ void ControlSession::challenge() {
   send(protocol::ok_reply({{"auth", protocol::kAuthScheme}, {"challenge", protocol::binary(challenge_)}}));
 }
 
+// The proof of the shared secret, or of a credential for a name prefix
+// (protocol/credential.hpp): the key is derived again from this server's
+// secret, so a changed prefix or expiry fails like a wrong secret.
 void ControlSession::check_proof() {
   protocol::Bytes proof;
+  std::string prefix;
+  std::uint64_t expires = 0;
   try {
-    proof = protocol::get_binary(protocol::decode_body(body_), "proof", "auth");
+    const auto body = protocol::decode_body(body_);
+    proof = protocol::get_binary(body, "proof", "auth");
+    if (body.contains("prefix")) {
+      prefix = protocol::get_string(body, "prefix", "auth");
+      protocol::validate_prefix(prefix);
+      expires = protocol::get_u64(body, "expires", "auth");
+    }
   } catch (const Error&) {
-    // Malformed or no proof: the same answer as a wrong one.
+    proof.clear();  // malformed: the same answer as a wrong proof
   }
-  const bool matches = protocol::proof_matches(server_.limits().auth_secret, challenge_, proof);
+  const auto& secret = server_.limits().auth_secret;
+  const bool matches = protocol::proof_matches(
+      prefix.empty() ? secret : protocol::credential_key(secret, prefix, expires), challenge_, proof);
   challenge_.clear();
   if (!matches) {
-    spdlog::warn("client {} (session {}) failed authentication: its secret is not this server's", peer_, id_);
+    spdlog::warn("client {} (session {}) failed authentication: {}", peer_, id_,
+                 prefix.empty() ? "its secret is not this server's"
+                                : "its credential for " + util::quoted(prefix) + " was not made with this server's secret");
     return send_and_close(protocol::error_reply(
-        Errc::permission_denied, "authentication failed: the client's shared secret (SMB_AUTH_TOKEN_FILE) is not "
-                                 "this server's (--auth-token-file)"));
+        Errc::permission_denied,
+        prefix.empty() ? "authentication failed: the client's shared secret (SMB_AUTH_TOKEN_FILE) is not "
+                         "this server's (--auth-token-file)"
+                       : "authentication failed: the client's credential (SMB_AUTH_TOKEN_FILE) for names starting " +
+                             util::quoted(prefix) + " was not made with this server's secret (--auth-token-file)"));
   }
+  if (!prefix.empty() && !start_scope(prefix, expires)) return;
   auto hello = std::move(hello_body_);
   hello_body_ = {};
   body_ = {};
   greet(hello);
+}
+
+// A credential's session: scoped to its prefix until it expires, when the
+// session (and with it every data channel it admitted) is closed.
+bool ControlSession::start_scope(const std::string& prefix, std::uint64_t expires) {
+  const auto now = std::chrono::system_clock::now();
+  // Past ten years from now is as good as never (and stays far from the clocks' limits).
+  const auto now_s = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
+  if (expires <= static_cast<std::uint64_t>(now_s)) {
+    spdlog::warn("client {} (session {}) presented a credential for {} that expired", peer_, id_,
+                 util::quoted(prefix));
+    send_and_close(protocol::error_reply(
+        Errc::permission_denied, "authentication failed: the client's credential (SMB_AUTH_TOKEN_FILE) for names "
+                                 "starting " + util::quoted(prefix) + " has expired (unix time " +
+                                     std::to_string(expires) + "): make a new one with smbctl credential create"));
+    return false;
+  }
+  scope_ = prefix;
+  constexpr std::uint64_t kTenYears = 10ull * 366 * 24 * 3600;
+  expiry_.expires_after(std::chrono::seconds(std::min(expires - static_cast<std::uint64_t>(now_s), kTenYears)));
+  expiry_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (!ec && self) self->end("its credential for " + util::quoted(self->scope_) + " expired");
+  });
+  return true;
 }
 
 // No read is outstanding while a reply is deferred, so a client that dies

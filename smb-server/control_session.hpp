@@ -41,6 +41,7 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
   ControlServer& server_;
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer deadline_;
+  boost::asio::steady_timer expiry_;  // a credential's end
   SessionId id_;
   std::string peer_;
   std::string deadline_reason_;
@@ -50,6 +51,9 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
   // hello, served once an auth message proves the secret (protocol/auth.hpp).
   protocol::Bytes challenge_;
   std::vector<std::uint8_t> hello_body_;
+  // A credential's prefix (protocol/credential.hpp): every name this session
+  // uses must start with it. Empty: the shared secret, or none asked for.
+  std::string scope_;
   bool deferred_ = false;  // a reply is still to come
   std::array<std::uint8_t, protocol::kHeaderSize> header_{};
   std::size_t header_have_ = 0;
@@ -61,6 +65,8 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
   void greet(std::span<const std::uint8_t> hello);
   void challenge();
   void check_proof();
+  // Takes a credential's scope; false (the session refused and closing) when it has expired.
+  bool start_scope(const std::string& prefix, std::uint64_t expires);
 };
 
 }  // namespace smb::server

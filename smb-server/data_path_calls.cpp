@@ -14,6 +14,7 @@
 // routing table refuses the others (message_routes.cpp).
 #include "control_server.hpp"
 
+#include "protocol/credential.hpp"
 #include "protocol/fixed_calls.hpp"
 #include "vector_runs.hpp"
 #include "wait_timeout.hpp"
@@ -34,7 +35,8 @@ protocol::Header call_header(const transport::Bytes& frame) {
 }  // namespace
 
 // Runs on the transport's thread, and so do the calls (their routes say arrival).
-void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload, transport::Respond respond) {
+void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload, std::string_view scope,
+                               transport::Respond respond) {
   protocol::Header header;
   try {
     header = call_header(frame);
@@ -44,13 +46,13 @@ void ControlServer::serve_call(transport::Bytes frame, transport::Bytes payload,
     return;
   }
   serve_fixed_call(header, std::span<const std::uint8_t>(frame).subspan(protocol::kHeaderSize), std::move(payload),
-                   std::move(respond));
+                   scope, std::move(respond));
 }
 
 // The calls with fixed bodies (protocol/fixed_calls.hpp): decoded without
 // MessagePack, answered with a fixed reply.
 void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<const std::uint8_t> body,
-                                     transport::Bytes payload, transport::Respond respond) {
+                                     transport::Bytes payload, std::string_view scope, transport::Respond respond) {
   const auto type = static_cast<MessageType>(header.type);
   // Passed on by reference or copy until nothing can throw: a failure
   // below still answers through it.
@@ -62,6 +64,8 @@ void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<c
   try {
     if (type == MessageType::vector_call) {
       auto call = protocol::decode_vector_call(body);
+      protocol::check_scope(call.name, scope, "vector_call");
+      if (call.source) protocol::check_scope(*call.source, scope, "vector_call's source");
       VectorRequest request{std::move(call.name), call.op,     call.type, call.offset, call.count, call.alpha, {},
                             std::move(call.source), call.source_offset, call.order, std::nullopt};
       if (!request.source) request.data = std::move(payload);
@@ -69,6 +73,7 @@ void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<c
     }
     if (type == MessageType::atomic_call) {
       auto call = protocol::decode_atomic_call(body);
+      protocol::check_scope(call.name, scope, "atomic_call");
       VectorRequest request;
       request.name = std::move(call.name);
       request.offset = call.offset;
@@ -78,10 +83,12 @@ void ControlServer::serve_fixed_call(const protocol::Header& header, std::span<c
     }
     if (type == MessageType::barrier_call) {
       auto call = protocol::decode_barrier_call(body);
+      protocol::check_scope(call.name, scope, "barrier_call");
       return barriers_.arrive(call.session, call.name, call.parties,
                               wait_timeout(call.timeout_ms, "timeout_ms", "barrier_call"), reply);
     }
     auto call = protocol::decode_version_call(body);
+    protocol::check_scope(call.name, scope, "version_call");
     if (call.kind == protocol::VersionCallKind::get) {
       // Answered between ops: where one is being applied, once it ends, so
       // that equal versions before and after a read mean nothing changed

@@ -1,5 +1,6 @@
 #include "layout_catalog.hpp"
 
+#include "protocol/credential.hpp"
 #include "protocol/layout_codec.hpp"
 
 #include <smb/error.hpp>
@@ -62,10 +63,12 @@ Layout LayoutCatalog::get_layout(const std::string& name) const {
   return it->second.layout;
 }
 
-Page<Layout> LayoutCatalog::list_layouts(const std::string& after, std::size_t limit) const {
+Page<Layout> LayoutCatalog::list_layouts(const std::string& after, std::size_t limit, std::string_view scope) const {
   std::lock_guard lock(mutex_);
   return page_of<Layout>(
-      records_, after, limit, [](const Record& r) { return r.committed; }, [](const Record& r) { return r.layout; });
+      records_, after, limit,
+      [scope](const Record& r) { return r.committed && protocol::in_scope(r.layout.name, scope); },
+      [](const Record& r) { return r.layout; });
 }
 
 Layout LayoutCatalog::begin_repair(SessionId session, const std::string& name) {

@@ -30,7 +30,8 @@ class LayoutCatalog {
   void commit_layout(SessionId session, const std::string& name);
   void abandon_name(SessionId session, const std::string& name);
   Layout get_layout(const std::string& name) const;
-  Page<Layout> list_layouts(const std::string& after, std::size_t limit) const;
+  // A page of the committed layouts, those whose names start with `scope` only.
+  Page<Layout> list_layouts(const std::string& after, std::size_t limit, std::string_view scope = {}) const;
   // Drops the record; false when there is none.
   bool erase(const std::string& name);
 

@@ -4,7 +4,7 @@
 #include "daemon_log.hpp"
 #include "memory_pool.hpp"
 #include "options.hpp"
-#include "protocol/auth.hpp"
+#include "protocol/credential.hpp"
 #include "protocol/layout_codec.hpp"
 #include "registry.hpp"
 #include "reload.hpp"
@@ -74,7 +74,7 @@ int check_only(smb::server::SmbdOptions& options) {
   const auto [listen, capacity, transport_options] = smb::server::check_options(options);
   if (!options.auth_token_file.empty()) {
     std::string warning;
-    smb::protocol::read_secret_file(options.auth_token_file, "--auth-token-file", &warning);
+    smb::protocol::read_shared_secret(options.auth_token_file, "--auth-token-file", &warning);
     if (!warning.empty()) std::cout << "warning: " << warning << "\n";
   }
   std::cout << options.config_file << ": valid (listen " << listen.host << ":" << listen.port << ", capacity "
@@ -89,7 +89,7 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
   if (!options.auth_token_file.empty()) {
     std::string warning;
     options.connections.auth_secret =
-        smb::protocol::read_secret_file(options.auth_token_file, "--auth-token-file", &warning);
+        smb::protocol::read_shared_secret(options.auth_token_file, "--auth-token-file", &warning);
     if (!warning.empty()) spdlog::warn("{}", warning);
   }
 
@@ -124,9 +124,10 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
   const auto bound = control->local_endpoint();
   identity.address = listen.host + ":" + std::to_string(bound.port());
 
-  transport->start([&registry](std::uint64_t id) { return registry.store().resolve(id); },
-                   [&control](smb::transport::Bytes frame, smb::transport::Bytes payload, smb::transport::Respond respond) {
-                     control->serve_call(std::move(frame), std::move(payload), std::move(respond));
+  transport->start([&registry](std::uint64_t id, std::string_view scope) { return registry.store().resolve(id, scope); },
+                   [&control](smb::transport::Bytes frame, smb::transport::Bytes payload, std::string_view scope,
+                              smb::transport::Respond respond) {
+                     control->serve_call(std::move(frame), std::move(payload), scope, std::move(respond));
                    },
                    smb::transport::ServerTuning{.busy_poll = options.poll,
                                                               .spin = std::chrono::microseconds(options.spin_us)},

@@ -29,12 +29,14 @@ void deferred(Services& s, Request& r, const ReplyFn& reply) {
 // instead of sleeping past it. (The io thread: lock waiters are its state;
 // barriers and version waits count for themselves.)
 void stat(Services& s, Request& r, const ReplyFn& reply) {
-  auto answer = s.requests.stat(r.session, r.body);
+  auto answer = s.requests.stat(r.body, r.scope);
   answer["waiting"] = {{"versions", s.versions.waiting()},
                        {"barrier_parties", s.barriers.parties_waiting()},
                        {"locks", s.coordination.lock_waiters()}};
   reply(std::move(answer));
 }
+
+void list_layouts(Services& s, Request& r, const ReplyFn& reply) { reply(s.requests.list_layouts(r.body, r.scope)); }
 
 // An auth message where no challenge is outstanding.
 void auth_out_of_turn(Services&, Request&, const ReplyFn&) {
@@ -109,7 +111,7 @@ constexpr std::array kRoutes{
     Route{MessageType::close_segment, at_once<&RequestHandler::close_segment>},
     Route{MessageType::destroy, at_once<&RequestHandler::destroy>},
     Route{MessageType::stat, stat},
-    Route{MessageType::list_layouts, at_once<&RequestHandler::list_layouts>},
+    Route{MessageType::list_layouts, list_layouts},
     Route{MessageType::abandon_name, at_once<&RequestHandler::abandon_name>},
     Route{MessageType::get_version, get_version},  // a repair's (clients call version_call)
     Route{MessageType::lock, deferred<&Coordination::lock>},

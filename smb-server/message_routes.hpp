@@ -41,6 +41,7 @@ struct Request {
   SessionId session = 0;
   std::uint16_t type = 0;
   protocol::Body body;
+  std::string_view scope;  // the session's credential prefix (empty: every name)
 };
 
 // Runs on the io thread. Answers through `reply`, exactly once, now or later

@@ -1,6 +1,6 @@
 #include "reload.hpp"
 
-#include "protocol/auth.hpp"
+#include "protocol/credential.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -36,7 +36,7 @@ void reload(const std::vector<std::string>& args, SmbdOptions& running, DaemonLo
   if (!fresh.auth_token_file.empty()) {
     try {
       std::string warning;
-      secret = protocol::read_secret_file(fresh.auth_token_file, "--auth-token-file", &warning);
+      secret = protocol::read_shared_secret(fresh.auth_token_file, "--auth-token-file", &warning);
       if (!warning.empty()) spdlog::warn("{}", warning);
     } catch (const std::exception& e) {
       spdlog::error("SIGHUP: nothing changed: {}", e.what());

@@ -214,10 +214,10 @@ Body activity_body(const ServerActivity& t) {
 }
 }  // namespace
 
-Body RequestHandler::stat(SessionId, const Body& req) {
+Body RequestHandler::stat(const Body& req, std::string_view scope) {
   const char* what = "stat";
   const auto s = registry_.store().stats();
-  const auto page = registry_.store().buffers(page_after(req, what), page_limit(req, what));
+  const auto page = registry_.store().buffers(page_after(req, what), page_limit(req, what), scope);
   Body buffers = Body::array();
   for (const auto& b : page.items)
     buffers.push_back({{"name", b.name}, {"bytes", b.bytes}, {"open_handles", b.open_handles}});
@@ -234,9 +234,9 @@ Body RequestHandler::stat(SessionId, const Body& req) {
                     "buffers", page, std::move(buffers));
 }
 
-Body RequestHandler::list_layouts(SessionId, const Body& req) {
+Body RequestHandler::list_layouts(const Body& req, std::string_view scope) {
   const char* what = "list_layouts";
-  const auto page = registry_.catalog().list_layouts(page_after(req, what), page_limit(req, what));
+  const auto page = registry_.catalog().list_layouts(page_after(req, what), page_limit(req, what), scope);
   Body layouts = Body::array();
   for (const auto& l : page.items) layouts.push_back(protocol::layout_to_body(l));
   return page_reply(Body::object(), "layouts", page, std::move(layouts));

@@ -38,8 +38,9 @@ class RequestHandler {
   Body open_segment(SessionId session, const Body& request);
   Body close_segment(SessionId session, const Body& request);
   Body destroy(SessionId session, const Body& request);
-  Body stat(SessionId session, const Body& request);
-  Body list_layouts(SessionId session, const Body& request);
+  // Listings: a credential's session (`scope`: its prefix) sees its own names only.
+  Body stat(const Body& request, std::string_view scope);
+  Body list_layouts(const Body& request, std::string_view scope);
   // Repair (LayoutCatalog::begin_repair and after).
   Body begin_repair(SessionId session, const Body& request);
   Body end_repair(SessionId session, const Body& request);

@@ -1,5 +1,6 @@
 #include "segment_store.hpp"
 
+#include "protocol/credential.hpp"
 #include "protocol/messages.hpp"
 #include "transport/server_ops.hpp"
 #include "util/parse.hpp"
@@ -301,10 +302,12 @@ const std::byte* SegmentStore::check_vector_op(const VectorRequest& r, const Seg
   return x;
 }
 
-std::optional<transport::SegmentAccess> SegmentStore::resolve(std::uint64_t segment_id) const {
+std::optional<transport::SegmentAccess> SegmentStore::resolve(std::uint64_t segment_id, std::string_view scope) const {
   std::lock_guard lock(mutex_);
   auto it = by_id_.find(segment_id);
-  if (it == by_id_.end()) return std::nullopt;
+  // Outside a credential's scope a segment is as absent as one never made:
+  // ids are small numbers anyone could try.
+  if (it == by_id_.end() || !protocol::in_scope(it->second->name, scope)) return std::nullopt;
   return transport::SegmentAccess{it->second, it->second->base, it->second->length};
 }
 
@@ -319,10 +322,10 @@ ServerStats SegmentStore::stats() const {
   return s;
 }
 
-Page<BufferSummary> SegmentStore::buffers(const std::string& after, std::size_t limit) const {
+Page<BufferSummary> SegmentStore::buffers(const std::string& after, std::size_t limit, std::string_view scope) const {
   std::lock_guard lock(mutex_);
   return page_of<BufferSummary>(
-      by_name_, after, limit, [](const auto&) { return true; },
+      by_name_, after, limit, [scope](const std::shared_ptr<Segment>& s) { return protocol::in_scope(s->name, scope); },
       [](const std::shared_ptr<Segment>& s) { return BufferSummary{s->name, s->length, s->open_handles}; });
 }
 

@@ -142,9 +142,12 @@ class SegmentStore {
 
   // The session's handles close.
   void session_closed(SessionId session);
-  std::optional<transport::SegmentAccess> resolve(std::uint64_t segment_id) const;
+  // A server-assisted op's segment; nullopt where there is none, or where
+  // it is outside `scope` (the channel's credential prefix, empty: any).
+  std::optional<transport::SegmentAccess> resolve(std::uint64_t segment_id, std::string_view scope) const;
   ServerStats stats() const;
-  Page<BufferSummary> buffers(const std::string& after, std::size_t limit) const;
+  // A page of the segments, those whose names start with `scope` only.
+  Page<BufferSummary> buffers(const std::string& after, std::size_t limit, std::string_view scope = {}) const;
 
  private:
   transport::SegmentDescriptor describe(const Segment& segment) const;

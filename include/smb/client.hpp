@@ -48,8 +48,9 @@ struct ClientOptions {
   /// down (smbctl).
   bool tolerate_unreachable = false;
   /// File holding the shared secret of servers run with --auth-token-file
-  /// (proved by challenge-response, never sent). Empty: SMB_AUTH_TOKEN_FILE,
-  /// if set; else no secret.
+  /// (proved by challenge-response, never sent), or a credential for one
+  /// name prefix (make_credential). Empty: SMB_AUTH_TOKEN_FILE, if set; else
+  /// no secret.
   std::string auth_token_file;
 };
 
@@ -386,6 +387,17 @@ class Client {
  private:
   std::shared_ptr<detail::ClientCore> core_;
 };
+
+/// A per-job credential: the text of a credential file (JSON) that opens
+/// only the buffers whose names start with `prefix`, for `lifetime` from
+/// now, derived from the servers' shared secret in `secret_file` (the file
+/// smbd runs with as --auth-token-file; no server is asked). A client given
+/// the file as its auth_token_file gets permission_denied for any other
+/// name, sees only the prefix's buffers in listings, and is disconnected
+/// when it expires (docs/reliability.md, "Per-job credentials"). Throws
+/// Errc::invalid_argument for a bad prefix or secret file.
+std::string make_credential(const std::string& secret_file, const std::string& prefix,
+                            std::chrono::seconds lifetime);
 
 /// Parses "64", "4K", "128M", "2G", "1T" (binary units). Throws smb::Error.
 std::uint64_t parse_size(std::string_view text);

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -17,12 +19,14 @@ namespace smb::transport {
 // A ticket is this long (random bytes, protocol::make_challenge).
 inline constexpr std::size_t kTicketLength = 32;
 
-// `admits` says whether a ticket belongs to a session still open (and is
-// thread-safe); each closed session advances `revocations`, so that a
+// `admits` says whether a ticket belongs to a session still open, and if so
+// gives that session's scope (the prefix of the names it may use: a
+// credential's, protocol/credential.hpp; empty: every name), and is
+// thread-safe; each closed session advances `revocations`, so that a
 // transport checks the channels it admitted again. Without `admits` every
 // channel is served (a server embedded in a test; smbd always sets it).
 struct ChannelAdmission {
-  std::function<bool(std::span<const std::uint8_t> ticket)> admits;
+  std::function<std::optional<std::string>(std::span<const std::uint8_t> ticket)> admits;
   const std::atomic<std::uint64_t>* revocations = nullptr;
   bool required() const { return static_cast<bool>(admits); }
 };
@@ -37,7 +41,8 @@ inline bool revoked_since(const ChannelAdmission& admission, std::uint64_t& seen
   return true;
 }
 
-// The ticket a channel presented, checked again only after a session closed.
+// The ticket a channel presented, checked again only after a session closed,
+// and its session's scope (fixed for the ticket's life: taken once).
 class AdmittedTicket {
  public:
   AdmittedTicket() = default;
@@ -47,15 +52,24 @@ class AdmittedTicket {
     if (!admission.required()) return true;
     const std::uint64_t now = admission.revocations != nullptr ? admission.revocations->load(std::memory_order_acquire) : 0;
     if (checked_ && now == checked_at_) return true;
-    checked_ = admission.admits(ticket_);
+    auto scope = admission.admits(ticket_);
+    checked_ = scope.has_value();
     checked_at_ = now;
+    if (checked_ && !scoped_) {
+      scope_ = std::move(*scope);
+      scoped_ = true;
+    }
     return checked_;
   }
+  // The names the channel may reach start with this (once admitted).
+  const std::string& scope() const { return scope_; }
 
  private:
   std::vector<std::uint8_t> ticket_;
   std::uint64_t checked_at_ = 0;
   bool checked_ = false;
+  bool scoped_ = false;
+  std::string scope_;
 };
 
 }  // namespace smb::transport

@@ -4,17 +4,18 @@
 
 namespace smb::transport {
 
-Errc check_range(const SegmentResolver& resolver, std::uint64_t segment_id, std::uint64_t offset, std::uint64_t length,
-                 SegmentAccess& access) {
-  auto found = resolver(segment_id);
+Errc check_range(const SegmentResolver& resolver, std::string_view scope, std::uint64_t segment_id,
+                 std::uint64_t offset, std::uint64_t length, SegmentAccess& access) {
+  auto found = resolver(segment_id, scope);
   if (!found) return Errc::not_found;
   if (offset > found->length || length > found->length - offset) return Errc::out_of_range;
   access = std::move(*found);
   return Errc::ok;
 }
 
-Errc check_atomic(const SegmentResolver& resolver, const AtomicRequest& request, SegmentAccess& access) {
-  const Errc found = check_range(resolver, request.segment_id, request.offset, sizeof(std::uint64_t), access);
+Errc check_atomic(const SegmentResolver& resolver, std::string_view scope, const AtomicRequest& request,
+                  SegmentAccess& access) {
+  const Errc found = check_range(resolver, scope, request.segment_id, request.offset, sizeof(std::uint64_t), access);
   if (found != Errc::ok) return found;
   if (request.offset % sizeof(std::uint64_t) != 0) return Errc::invalid_argument;
   const auto op = static_cast<AtomicOp>(request.op);

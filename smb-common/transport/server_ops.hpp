@@ -24,12 +24,14 @@ struct AtomicRequest {
 };
 
 // A read or write of [offset, offset+length) in a segment: the segment exists
-// and the range lies in it. On success `access` holds the segment (kept
-// alive while used).
-Errc check_range(const SegmentResolver& resolver, std::uint64_t segment_id, std::uint64_t offset, std::uint64_t length,
-                 SegmentAccess& access);
+// within the channel's `scope` (its session's credential prefix: see
+// SegmentResolver) and the range lies in it. On success `access` holds the
+// segment (kept alive while used).
+Errc check_range(const SegmentResolver& resolver, std::string_view scope, std::uint64_t segment_id,
+                 std::uint64_t offset, std::uint64_t length, SegmentAccess& access);
 // An atomic: also an 8-byte aligned word and a known op.
-Errc check_atomic(const SegmentResolver& resolver, const AtomicRequest& request, SegmentAccess& access);
+Errc check_atomic(const SegmentResolver& resolver, std::string_view scope, const AtomicRequest& request,
+                  SegmentAccess& access);
 // Runs an atomic that check_atomic accepted; returns the word's old value.
 // The CPU's atomics are coherent with shared-memory atomics (also the CPU's),
 // not with a NIC's: one buffer should not mix the two (docs/architecture.md).

@@ -79,7 +79,9 @@ struct SegmentAccess {
   std::byte* base = nullptr;
   std::uint64_t length = 0;
 };
-using SegmentResolver = std::function<std::optional<SegmentAccess>(std::uint64_t id)>;
+// `scope`: the prefix every segment name a channel reaches starts with (its
+// session's credential, protocol/credential.hpp; empty: any segment).
+using SegmentResolver = std::function<std::optional<SegmentAccess>(std::uint64_t id, std::string_view scope)>;
 
 // Calls: two-sided requests over the data path (UCX active messages, verbs
 // SEND/RECV) for what the server must do on request: vector ops, version
@@ -90,7 +92,8 @@ using SegmentResolver = std::function<std::optional<SegmentAccess>(std::uint64_t
 // The handler runs on the transport's thread and must not block; it answers
 // each call exactly once through `respond`, from any thread.
 using Respond = std::function<void(Bytes reply_frame)>;
-using CallHandler = std::function<void(Bytes frame, Bytes payload, Respond respond)>;
+// `scope`: the calling channel's, as for SegmentResolver.
+using CallHandler = std::function<void(Bytes frame, Bytes payload, std::string_view scope, Respond respond)>;
 
 // How the server's progress thread waits for work (smbd --poll).
 struct ServerTuning {

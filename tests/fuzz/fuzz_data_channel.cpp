@@ -22,7 +22,7 @@ using namespace smb::transport::ucx;
 // Three segments over one heap block, as a pool would hold them: ids 1-3.
 struct Segments {
   std::vector<std::byte> memory = std::vector<std::byte>(64 * 1024);
-  SegmentResolver resolver = [this](std::uint64_t id) -> std::optional<SegmentAccess> {
+  SegmentResolver resolver = [this](std::uint64_t id, std::string_view) -> std::optional<SegmentAccess> {
     static constexpr std::uint64_t starts[] = {0, 0, 4096, 8192};
     static constexpr std::uint64_t lengths[] = {0, 4096, 4096, 56 * 1024};
     if (id == 0 || id > 3) return std::nullopt;
@@ -44,7 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   switch (kind) {
     case 0: {  // write or read
       const auto h = read_header<AmRequestHeader>(data, claimed);
-      if (!h || check_request(segments.resolver, *h, access) != smb::Errc::ok || h->length == 0) break;
+      if (!h || check_request(segments.resolver, {}, *h, access) != smb::Errc::ok || h->length == 0) break;
       std::vector<std::byte> staging(h->length);
       std::memcpy(staging.data(), access.base + h->offset, h->length);
       std::memcpy(access.base + h->offset, staging.data(), h->length);
@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     case 1: {  // atomic
       const auto h = read_header<AmAtomicHeader>(data, claimed);
-      if (h && check_atomic(segments.resolver, atomic_request(*h), access) == smb::Errc::ok)
+      if (h && check_atomic(segments.resolver, {}, atomic_request(*h), access) == smb::Errc::ok)
         (void)apply_atomic(atomic_request(*h), access);
       break;
     }
@@ -74,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 4: {  // a tcp request header: what check_request lets through runs on the memory
       const auto h = read_header<tcp::RequestHeader>(data, claimed);
       if (!h) break;
-      const auto check = tcp::check_request(segments.resolver, *h, access);
+      const auto check = tcp::check_request(segments.resolver, {}, *h, access);
       if (check.error != smb::Errc::ok) {
         if (check.drain != 0 && check.drain != h->length) std::abort();  // drains what the put carries
         break;

@@ -34,6 +34,9 @@ namespace {
 using namespace smb;
 using protocol::MessageType;
 
+// A credential's scope (a session or a channel held by one) and none.
+const std::string kScope = "t", kNoScope;
+
 bool may_wait(std::uint16_t type) { return type == static_cast<std::uint16_t>(MessageType::lock); }
 
 class Answers {
@@ -102,7 +105,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     size -= 5 + length;
     if ((how & 1) == 0) {
       auto counted = answers.add(!may_wait(type));
-      control.serve(1 + ((how >> 1) & 1), type, bytes, [counted](protocol::Body) { counted(); });
+      // Session 2 holds a credential for "t" (protocol/credential.hpp): its names are checked.
+      const server::SessionId session = 1 + ((how >> 1) & 1);
+      control.serve(session, session == 2 ? kScope : kNoScope, type, bytes, [counted](protocol::Body) { counted(); });
     } else {
       // The frame's own header decides the type; a call can only wait as a version_call or barrier_call.
       const std::size_t split = std::min<std::size_t>(how >> 1, length);
@@ -122,7 +127,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           (call_type == static_cast<std::uint16_t>(MessageType::atomic_call) && has_order(protocol::kAtomicCallFixedSize, 32));
       auto counted = answers.add(call_type != static_cast<std::uint16_t>(MessageType::version_call) &&
                                  call_type != static_cast<std::uint16_t>(MessageType::barrier_call) && !ordered);
-      control.serve_call(std::move(frame), std::move(payload), [counted](transport::Bytes) { counted(); });
+      control.serve_call(std::move(frame), std::move(payload), (how & 2) != 0 ? kScope : kNoScope,
+                         [counted](transport::Bytes) { counted(); });
     }
     // Let the io thread's and the worker pool's work finish before the next request.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);

@@ -1,7 +1,9 @@
 #include "raw_call.hpp"
 
+#include "protocol/credential.hpp"
 #include "transport/registry.hpp"
 
+#include <cstdlib>
 #include <stdexcept>
 
 namespace smb::test {
@@ -9,7 +11,16 @@ namespace smb::test {
 RawCallChannel::RawCallChannel(const std::string& server, const std::string& transport, const std::string& client)
     : control_(std::make_unique<RawConnection>(server)) {
   control_->send(msgpack_frame(type_of(MessageType::hello), 1, {{"client", client}, {"transport", transport}}));
-  const auto hello = control_->receive();
+  auto hello = control_->receive();
+  // A server with a secret: answered from $SMB_AUTH_TOKEN_FILE (a secret or a credential), as libsmb does.
+  const char* secret_file = std::getenv("SMB_AUTH_TOKEN_FILE");
+  if (hello && hello->body.contains("challenge") && secret_file != nullptr) {
+    const auto& challenge = hello->body["challenge"].get_binary();
+    const auto auth = protocol::ClientAuth::from_file(secret_file, "SMB_AUTH_TOKEN_FILE");
+    control_->send(msgpack_frame(type_of(MessageType::auth), 2,
+                                 auth.answer(protocol::Bytes(challenge.begin(), challenge.end()))));
+    hello = control_->receive();
+  }
   if (!hello || !hello->body.value("ok", false))
     throw std::runtime_error("hello to " + server + " failed: " + (hello ? hello->body.dump() : "no reply"));
   const auto& address = hello->body["address"].get_binary();

@@ -17,7 +17,8 @@ namespace smb::test {
 
 class RawCallChannel {
  public:
-  // Throws std::runtime_error when the hello fails.
+  // Throws std::runtime_error when the hello fails. A server that asks for a
+  // secret gets the proof of $SMB_AUTH_TOKEN_FILE's (a secret or a credential).
   RawCallChannel(const std::string& server, const std::string& transport, const std::string& client = "raw-call");
 
   // Sends one call and returns its fixed reply; throws smb::Error (timeout

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -50,6 +51,7 @@ std::vector<TransportCase> cases() {
 }
 
 constexpr std::uint64_t kSegmentId = 7;
+constexpr const char* kSegmentName = "fixture/segment";
 constexpr std::size_t kPoolBytes = 4u << 20;
 
 // Page-aligned memory for the server's pool (as smbd's MemoryPool).
@@ -89,19 +91,23 @@ class TransportConformance : public testing::TestWithParam<TransportCase> {
     pool_registration_ = server_->register_pool(pool_.base, kPoolBytes);
     segment_registration_ = server_->register_memory(pool_.base, kPoolBytes);
     server_->start(
-        [this](std::uint64_t id) -> std::optional<SegmentAccess> {
-          if (id != kSegmentId) return std::nullopt;
+        // The one segment is named kSegmentName, as smbd's are: a channel
+        // whose scope that name is outside finds no segment.
+        [this](std::uint64_t id, std::string_view scope) -> std::optional<SegmentAccess> {
+          if (id != kSegmentId || !std::string_view(kSegmentName).starts_with(scope)) return std::nullopt;
           return SegmentAccess{nullptr, pool_.base, kPoolBytes};
         },
         // The call handler echoes: the reply frame is the frame, then the
-        // payload's byte sum (8 bytes), answered from another thread as
-        // smbd's worker pool does.
-        [](Bytes frame, Bytes payload, Respond respond) {
-          std::thread([frame = std::move(frame), payload = std::move(payload), respond = std::move(respond)]() mutable {
+        // payload's byte sum (8 bytes), then the calling channel's scope,
+        // answered from another thread as smbd's worker pool does.
+        [](Bytes frame, Bytes payload, std::string_view scope, Respond respond) {
+          std::thread([frame = std::move(frame), payload = std::move(payload), scope = std::string(scope),
+                       respond = std::move(respond)]() mutable {
             std::uint64_t sum = std::accumulate(payload.begin(), payload.end(), std::uint64_t{0});
             Bytes reply = frame;
             reply.resize(frame.size() + sizeof sum);
             std::memcpy(reply.data() + frame.size(), &sum, sizeof sum);
+            reply.insert(reply.end(), scope.begin(), scope.end());
             respond(std::move(reply));
           }).detach();
         },
@@ -150,11 +156,15 @@ class TransportConformance : public testing::TestWithParam<TransportCase> {
 
   // The server admits channels that present a live ticket (as smbd's
   // sessions' tickets): the fixture's channel presents kTicket.
+  // kScopedTicket is a credential's session's: names starting "other/" only.
   static inline const Bytes kTicket = Bytes(kTicketLength, 0x5a);
+  static inline const Bytes kScopedTicket = Bytes(kTicketLength, 0x3c);
   ChannelAdmission admission() {
-    return {[this](std::span<const std::uint8_t> ticket) {
+    return {[this](std::span<const std::uint8_t> ticket) -> std::optional<std::string> {
               std::lock_guard lock(tickets_mutex_);
-              return live_.contains(Bytes(ticket.begin(), ticket.end()));
+              auto it = live_.find(Bytes(ticket.begin(), ticket.end()));
+              if (it == live_.end()) return std::nullopt;
+              return it->second;
             },
             &revocations_};
   }
@@ -166,7 +176,7 @@ class TransportConformance : public testing::TestWithParam<TransportCase> {
     revocations_.fetch_add(1);
   }
   std::mutex tickets_mutex_;
-  std::set<Bytes> live_{kTicket};
+  std::map<Bytes, std::string> live_{{kTicket, ""}, {kScopedTicket, "other/"}};
   std::atomic<std::uint64_t> revocations_{0};
 
   Pool pool_;
@@ -281,6 +291,48 @@ TEST_P(TransportConformance, OnlyChannelsWithAnAdmittedTicketAreServed) {
     if (served) std::this_thread::sleep_for(50ms);  // verbs drops it from its event loop
   }
   EXPECT_FALSE(served) << "a revoked channel was still served 5 s later";
+}
+
+// A channel presenting a credential's session's ticket: its calls carry its
+// scope to the handler (smbd refuses names outside it there), and its
+// server-assisted ops reach no segment outside it. (One-sided RMA never
+// reaches the server: smbd hands such a session no key outside its scope.)
+TEST_P(TransportConformance, AScopedChannelCarriesItsScopeAndReachesNothingOutsideIt) {
+  auto other = make_client_transport(GetParam().transport);
+  auto channel = other->connect(server_->address(), peer_, kScopedTicket);
+  const auto finish = [&](const CompletionPtr& c, const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!c->done() && std::chrono::steady_clock::now() < deadline) other->progress();
+    ASSERT_TRUE(c->done()) << what << ": no answer";
+  };
+  const std::vector<std::uint8_t> frame{9, 8};
+  Bytes reply;
+  auto call = expecting();
+  channel->call(frame, {}, &reply, call);
+  finish(call, "call");
+  ASSERT_NO_THROW(call->throw_if_failed());
+  EXPECT_EQ(std::string(reply.begin() + static_cast<std::ptrdiff_t>(frame.size() + 8), reply.end()), "other/");
+  // The fixture's own channel (no scope) hands the handler an empty one.
+  auto mine = expecting();
+  channel_->call(frame, {}, &reply, mine);
+  wait_ok(mine, "an unscoped channel's call");
+  EXPECT_EQ(reply.size(), frame.size() + 8);
+  if (channel->caps().native_atomics) GTEST_SKIP() << "this path's atomics are one-sided: the server checks nothing";
+  SegmentDescriptor d{kSegmentId, reinterpret_cast<std::uint64_t>(pool_.base), kPoolBytes,
+                      segment_registration_->remote_key()};
+  auto segment = channel->attach(d);
+  word(128) = 5;
+  std::uint64_t old = 0;
+  auto add = expecting();
+  channel->fetch_add(*segment, 128, 1, &old, add);
+  finish(add, "fetch_add");
+  try {
+    add->throw_if_failed();
+    ADD_FAILURE() << "a fetch_add outside the channel's scope was served";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::not_found) << e.what();
+  }
+  EXPECT_EQ(word(128), 5u) << "the word outside the scope is untouched";
 }
 
 // More calls than any credit window at once: the transport queues what it

@@ -40,6 +40,11 @@ bool repair_buffers(Client& client, const std::string& name, bool json);
 [[noreturn]] void watch_repairs(const ClientOptions& options, const std::string& name, bool json,
                                 std::chrono::milliseconds every);
 
+// smbctl credential create --prefix P [--expires D] [--out FILE]: a per-job
+// credential derived from the shared secret in `secret_file` (no server asked).
+void create_credential(const std::string& secret_file, const std::string& prefix, std::chrono::seconds lifetime,
+                       const std::string& out_path, bool json);
+
 // "ok", "degraded: 1 of 3 servers unreachable", "lost: 127.0.0.1:7001 restarted"
 std::string buffer_state(const Layout& layout, const std::vector<ShareState>& states);
 // The servers found unreachable, as JSON ({address, error}) and as a note for tables.

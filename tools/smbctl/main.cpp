@@ -3,6 +3,7 @@
 //                                   | save NAME FILE | load FILE [NAME]
 //                                   | repair [NAME] [--watch [--interval S]]
 //                                   | status --watch | top  [--interval S] [--iterations N]
+//                                   | credential create --prefix P [--expires D] [--out FILE]
 // Exit status: 0 success, 1 a libsmb error, 2 a usage error, 3 the fabric is
 // degraded (status, ls, info: a server unreachable or a buffer's share lost;
 // repair: a buffer still degraded after it; what could be seen is still printed).
@@ -14,8 +15,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -76,6 +79,23 @@ int main(int argc, char** argv) {
   dump->add_option("--offset", offset, "first element (default 0)");
   dump->add_option("--count", count, "elements to print (default: to the end)");
 
+  auto* credential = app.add_subcommand("credential", "per-job credentials: access to one name prefix only");
+  credential->require_subcommand(1);
+  auto* credential_create = credential->add_subcommand(
+      "create", "derive a credential for one name prefix from the servers' shared secret (no server is asked)");
+  std::string prefix, secret_file, out_path;
+  std::uint64_t lifetime_s = 24 * 3600;
+  credential_create->add_option("--prefix", prefix, "the names it opens start with this (job-17/)")->required();
+  credential_create
+      ->add_option("--expires", lifetime_s, "how long it is good for: 90s, 30m, 24h, 7d (default 24h)")
+      ->transform(CLI::AsNumberWithUnit(std::map<std::string, std::uint64_t>{{"s", 1}, {"m", 60}, {"h", 3600},
+                                                                              {"d", 86400}},
+                                        CLI::AsNumberWithUnit::CASE_SENSITIVE))
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{10} * 366 * 86400));
+  credential_create->add_option("--auth-token-file", secret_file,
+                                "the servers' shared secret (default: $SMB_AUTH_TOKEN_FILE)");
+  credential_create->add_option("--out,-o", out_path, "write it to this file, mode 600 (default: print it)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -83,6 +103,17 @@ int main(int argc, char** argv) {
   }
 
   smb::tools::init_logging(verbose);
+  if (credential_create->parsed()) {
+    if (secret_file.empty())
+      if (const char* env = std::getenv("SMB_AUTH_TOKEN_FILE")) secret_file = env;
+    try {
+      smb::smbctl::create_credential(secret_file, prefix, std::chrono::seconds(lifetime_s), out_path, json);
+      return 0;
+    } catch (const smb::Error& e) {
+      std::cerr << "smbctl: " << e.what() << '\n';
+      return e.code() == smb::Errc::invalid_argument ? 2 : 1;
+    }
+  }
   std::optional<std::string> servers_flag;
   if (servers_opt->count() > 0) servers_flag = servers_text;
   smb::ClientOptions options;

@@ -370,6 +370,54 @@ done
         self.assertIn(os.path.normpath(smbd), run.stderr)
 
 
+class JobCredentialTest(SmbrunTestCase):
+    """With the servers' secret in SMB_AUTH_TOKEN_FILE, the workers get a
+    credential for their job's names only (docs/reliability.md, "Per-job
+    credentials"), removed when the job ends."""
+
+    def setUp(self):
+        super().setUp()
+        self.secret = os.path.join(self.tmp, "secret")
+        fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, b"a fabric's shared secret\n")
+        os.close(fd)
+
+    def run_job(self, *extra):
+        script = r'''
+echo "file=$SMB_AUTH_TOKEN_FILE prefix=$SMB_NAME_PREFIX"
+"$SMB_BENCH" --op write --size 64K --block 64K --keep --name "${SMB_NAME_PREFIX}w" > "$OUT/own.log" 2>&1 ||
+  { echo "own-prefix write failed"; cat "$OUT/own.log"; exit 7; }
+if "$SMB_BENCH" --op write --size 64K --block 64K --name "other-team/w" > "$OUT/other.log" 2>&1; then
+  echo "other=written"
+else
+  echo "other=refused"; cat "$OUT/other.log"
+fi
+'''
+        return self.run_smbrun("-np", "1", "--capacity", CAPACITY, f"--smbd-arg=--auth-token-file={self.secret}",
+                               *extra, "-x", f"OUT={self.tmp}", "--", "sh", "-c", script, self.marker,
+                               env={"SMB_BENCH": SMB_BENCH, "SMB_AUTH_TOKEN_FILE": self.secret})
+
+    @unittest.skipUnless(SMB_BENCH, "smb-bench not found: set SMB_BENCH")
+    def test_workers_get_their_jobs_names_only(self):
+        run = self.run_job()
+        self.assertEqual(run.code, 0, run.stdout + run.stderr)
+        found = re.search(r"file=(\S+) prefix=(\S+)", run.stdout)
+        self.assertIsNotNone(found, run.stdout)
+        path, prefix = found.groups()
+        self.assertNotEqual(path, self.secret, "the workers got the shared secret itself")
+        self.assertRegex(prefix, r"^hvd/smb-[0-9a-f]+/$")
+        self.assertIn("other=refused", run.stdout)
+        self.assertIn("outside this client's credential", run.stdout)
+        self.assertFalse(os.path.exists(path), "the job's credential outlived the job")
+
+    @unittest.skipUnless(SMB_BENCH, "smb-bench not found: set SMB_BENCH")
+    def test_no_job_credential_hands_over_the_secret(self):
+        run = self.run_job("--no-job-credential")
+        self.assertEqual(run.code, 0, run.stdout + run.stderr)
+        self.assertIn(f"file={self.secret} prefix=", run.stdout)
+        self.assertIn("other=written", run.stdout)
+
+
 class FailureTest(SmbrunTestCase):
     def test_killed_worker_stops_everything(self):
         # Rank 1 SIGKILLs itself; the others sleep (each with a child of its

@@ -30,7 +30,7 @@ __all__ = [
     "TRANSPORTS", "__version__", "Client", "Buffer", "Lock", "MemoryRegistration", "UpdateEngine", "DTYPES", "OPS", "dtype_name",
     "element_size", "memory_address", "Error", "InvalidArgument", "OutOfRange", "NotFound", "AlreadyExists",
     "CapacityExhausted", "Unreachable", "ServerGone", "Timeout", "ProtocolError", "TransportError",
-    "InternalError", "DataLost", "PermissionDenied", "Busy", "OutOfOrder", "read_checkpoint",
+    "InternalError", "DataLost", "PermissionDenied", "Busy", "OutOfOrder", "read_checkpoint", "make_credential",
 ]
 
 __version__ = _core.VERSION
@@ -85,6 +85,15 @@ def read_checkpoint(path):
     """Verifies a checkpoint file whole (header, length, checksum) and returns what it holds
     (name, size, stripe_unit, version, checksum); raises InvalidArgument for a damaged file."""
     return _core.read_checkpoint(os.fspath(path))
+
+
+def make_credential(secret_file, prefix, lifetime_s=24 * 3600):
+    """The text (JSON) of a per-job credential: it opens only the buffers
+    whose names start with `prefix`, for `lifetime_s` seconds, and is derived
+    from the servers' shared secret in `secret_file` (no server is asked).
+    Give it to a client as its auth_token_file (SMB_AUTH_TOKEN_FILE); write
+    it readable by its owner only."""
+    return _core.make_credential(os.fspath(secret_file), prefix, float(lifetime_s))
 
 
 def _servers(servers):

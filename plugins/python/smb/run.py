@@ -74,6 +74,17 @@ environment of each worker (local launch):
   plus smbrun's own environment and every -x NAME=VALUE.
   Rank 0 inherits smbrun's stdin, the others read /dev/null.
 
+per-job credentials:
+  Where $SMB_AUTH_TOKEN_FILE holds the servers' shared secret (smbd
+  --auth-token-file), the workers get instead, as SMB_AUTH_TOKEN_FILE, a
+  credential for the names starting hvd/smb-JOB/ only (the namespace of
+  smb.torch's buffers), and that prefix as SMB_NAME_PREFIX: buffers a script
+  makes itself must start with it. The servers refuse any other name with
+  permission_denied, so one job cannot read or overwrite another's. It lasts
+  --timeout (else 30 days) and is removed when the job ends. A credential in
+  $SMB_AUTH_TOKEN_FILE is passed on as it is; --no-job-credential passes the
+  secret. Remote -H hosts get the secret (the file would be on this host only).
+
 multi-host (-H / --hostfile):
   The workers are started by Open MPI's `mpirun -np N -H LIST -x SMB_SERVERS
   -x SMB_JOB_ID ... COMMAND` (--allow-run-as-root added when run as root).
@@ -205,6 +216,9 @@ def build_parser():
                    help="set NAME=VALUE for the workers (under mpirun: pass -x NAME[=VALUE]); repeatable")
     w.add_argument("--job-id", metavar="ID",
                    help="SMB_JOB_ID for the workers (default: a new one, hex of time and pid)")
+    w.add_argument("--no-job-credential", dest="job_credential", action="store_false",
+                   help="hand the workers $SMB_AUTH_TOKEN_FILE's shared secret itself instead of a credential "
+                        "for this job's names only (see 'Per-job credentials' below)")
     w.add_argument("--master-port", type=non_negative_int, metavar="PORT",
                    help="MASTER_PORT (default: a free port of this host)")
     w.add_argument("--timeout", type=positive_float, metavar="S",
@@ -583,6 +597,8 @@ class Launcher:
         self.pending_signals = []
         self.log_dir = None
         self.own_log_dir = False
+        self.credential_dir = None   # the per-job credential's (make_job_credential)
+        self.credential_env = {}
         self.selector = selectors.DefaultSelector()
         self.pipes = {}              # fd -> [file, rank, out-stream, partial bytes]
 
@@ -764,6 +780,7 @@ class Launcher:
         env["WORLD_SIZE"] = env["SMB_SIZE"] = str(self.args.np)
         env["MASTER_ADDR"] = master_addr
         env["MASTER_PORT"] = str(master_port)
+        env.update(self.credential_env)
         for e in self.args.exports:
             name, sep, value = e.partition("=")
             if sep:
@@ -1067,6 +1084,7 @@ class Launcher:
             if self.interrupted():
                 raise Interrupted()
             job_id = self.args.job_id or new_job_id()
+            self.make_job_credential(job_id)
             master_port = self.args.master_port or free_port()
             if self.args.elastic:
                 from .run_elastic import ElasticDriver
@@ -1093,6 +1111,42 @@ class Launcher:
         self.cleanup()
         return status
 
+    def make_job_credential(self, job_id):
+        """Where $SMB_AUTH_TOKEN_FILE holds the servers' shared secret, the
+        workers get a credential for this job's names only (hvd/smb-JOB/...,
+        smb.collective's namespace): a job cannot open, read or overwrite
+        another job's buffers on a shared fabric. SMB_NAME_PREFIX tells the
+        script the prefix its own buffers must start with. It lasts --timeout
+        (and a minute), else 30 days; it is removed when the job ends."""
+        secret_file = os.environ.get("SMB_AUTH_TOKEN_FILE")
+        if not secret_file or not self.args.job_credential:
+            return
+        try:
+            with open(secret_file, "rb") as f:
+                if f.read(1) == b"{":
+                    return  # already a credential: the workers get it as it is
+        except OSError as e:
+            raise SetupError(f"SMB_AUTH_TOKEN_FILE {secret_file}: cannot read it: {e.strerror or e}")
+        if self.mpi and not all(is_local_host(h) for h, _ in self.args.hostlist):
+            log("the workers get the shared secret itself (SMB_AUTH_TOKEN_FILE): a per-job credential would be a "
+                "file on this host only; make one with 'smbctl credential create' and give each host its copy")
+            return
+        import smb
+        from .collective import fabric
+        prefix = fabric.buffer_name("hvd", "smb-" + job_id) + "/"
+        lifetime = self.args.timeout + 60 if self.args.timeout else 30 * 24 * 3600
+        try:
+            text = smb.make_credential(secret_file, prefix, lifetime)
+        except smb.Error as e:
+            raise SetupError(f"cannot make the job's credential: {e}")
+        self.credential_dir = tempfile.mkdtemp(prefix="smbrun-credential-")
+        path = os.path.join(self.credential_dir, "credential.json")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        self.credential_env = {"SMB_AUTH_TOKEN_FILE": path, "SMB_NAME_PREFIX": prefix}
+        self.verbose(f"workers get a credential for names starting {prefix!r} only ({path})")
+
     def cleanup(self):
         # SIGINT/SIGTERM/SIGHUP only set flags (a second one SIGKILLs the
         # workers), so a Ctrl-C now cannot cut short stopping the servers.
@@ -1106,6 +1160,8 @@ class Launcher:
                 self.stop_servers()
             finally:
                 self.selector.close()
+                if self.credential_dir:
+                    shutil.rmtree(self.credential_dir, ignore_errors=True)
 
 
 class Interrupted(Exception):

@@ -339,6 +339,12 @@ void bind_records(py::module_& m) {
     py::gil_scoped_release nogil;
     return read_checkpoint(path);
   }, "Verifies a checkpoint file whole and returns what it holds.");
+  m.def(
+      "make_credential",
+      [](const std::string& secret_file, const std::string& prefix, double lifetime_s) {
+        return make_credential(secret_file, prefix, std::chrono::seconds(static_cast<std::int64_t>(lifetime_s)));
+      },
+      "The text of a credential file for one name prefix, derived from the shared secret in secret_file.");
   py::class_<Layout>(m, "Layout")
       .def_readonly("name", &Layout::name)
       .def_readonly("size", &Layout::size)

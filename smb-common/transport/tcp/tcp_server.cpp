@@ -32,16 +32,17 @@ class EmptyRegistration final : public Registration {
 };
 }  // namespace
 
-RequestCheck check_request(const SegmentResolver& resolver, const RequestHeader& h, SegmentAccess& access) {
+RequestCheck check_request(const SegmentResolver& resolver, std::string_view scope, const RequestHeader& h,
+                           SegmentAccess& access) {
   switch (static_cast<Kind>(h.kind)) {
     case Kind::put: {
-      const Errc e = check_range(resolver, h.segment_id, h.offset, h.length, access);
+      const Errc e = check_range(resolver, scope, h.segment_id, h.offset, h.length, access);
       return {e, e == Errc::ok ? 0 : h.length, false};
     }
     case Kind::get:
-      return {check_range(resolver, h.segment_id, h.offset, h.length, access), 0, false};
+      return {check_range(resolver, scope, h.segment_id, h.offset, h.length, access), 0, false};
     case Kind::atomic:
-      return {check_atomic(resolver, atomic_request(h), access),
+      return {check_atomic(resolver, scope, atomic_request(h), access),
               0, false};
     case Kind::call:
       if (h.frame_length > kMaxCallFrame || h.length > kMaxCallPayload) return {Errc::protocol, 0, true};
@@ -89,6 +90,9 @@ class TcpServerTransport::Connection : public std::enable_shared_from_this<Conne
     std::lock_guard lock(ticket_mutex);
     return has_ticket && ticket.admitted(admission);
   }
+  // The names this channel reaches start with it; fixed once its handshake
+  // admitted it (channel_admission.hpp), so read by its thread unlocked.
+  const std::string& scope() const { return ticket.scope(); }
   // A ticket was presented and its session has closed (a connection still
   // in its hello is not: its own thread checks the ticket when it comes).
   bool revoked(const ChannelAdmission& admission) {
@@ -279,7 +283,7 @@ bool TcpServerTransport::serve_request(Connection& c, const RequestHeader& h) {
     return false;
   }
   SegmentAccess access;
-  const RequestCheck check = check_request(resolver_, h, access);
+  const RequestCheck check = check_request(resolver_, c.scope(), h, access);
   if (check.error != Errc::ok) {
     if (check.drain != 0 && !discard(c.fd.get(), check.drain)) return false;
     reply.status = static_cast<std::int32_t>(check.error);
@@ -306,7 +310,7 @@ bool TcpServerTransport::serve_request(Connection& c, const RequestHeader& h) {
       Bytes payload(static_cast<std::size_t>(h.length));
       if (!recv_all(c.fd.get(), frame.data(), frame.size()) || !recv_all(c.fd.get(), payload.data(), payload.size()))
         return false;
-      calls_(std::move(frame), std::move(payload),
+      calls_(std::move(frame), std::move(payload), c.scope(),
              [weak = c.weak_from_this(), token = h.token, own = std::this_thread::get_id()](Bytes reply_frame) {
                if (auto alive = weak.lock())
                  alive->queue_reply(token, std::move(reply_frame), std::this_thread::get_id() == own);

@@ -84,7 +84,8 @@ struct RequestCheck {
   std::uint64_t drain = 0;  // bytes following the header to read and drop
   bool close = false;
 };
-RequestCheck check_request(const SegmentResolver& resolver, const RequestHeader& h, SegmentAccess& access);
+RequestCheck check_request(const SegmentResolver& resolver, std::string_view scope, const RequestHeader& h,
+                           SegmentAccess& access);
 
 // An atomic request's fields as the shared server ops take them.
 inline AtomicRequest atomic_request(const RequestHeader& h) {

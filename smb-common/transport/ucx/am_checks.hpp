@@ -20,8 +20,9 @@ std::optional<Header> read_header(const void* bytes, std::size_t length) {
   return h;
 }
 
-inline Errc check_request(const SegmentResolver& resolver, const AmRequestHeader& h, SegmentAccess& access) {
-  return check_range(resolver, h.segment_id, h.offset, h.length, access);
+inline Errc check_request(const SegmentResolver& resolver, std::string_view scope, const AmRequestHeader& h,
+                          SegmentAccess& access) {
+  return check_range(resolver, scope, h.segment_id, h.offset, h.length, access);
 }
 
 inline AtomicRequest atomic_request(const AmAtomicHeader& h) {

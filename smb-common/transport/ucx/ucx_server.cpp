@@ -39,6 +39,7 @@ struct CallContext {
   ucp_ep_h reply_ep;
   std::uint64_t token;
   CallParts parts;
+  std::string scope;  // the calling channel's (channel_admission.hpp)
 };
 
 }  // namespace
@@ -57,12 +58,13 @@ void UcxServerTransport::call_received(void* request, ucs_status_t status, std::
                                        void* user_data) {
   std::unique_ptr<CallContext> ctx(static_cast<CallContext*>(user_data));
   ucp_request_free(request);
-  ctx->transport->dispatch_call(ctx->reply_ep, ctx->token, status, std::move(ctx->parts));
+  ctx->transport->dispatch_call(ctx->reply_ep, ctx->token, status, std::move(ctx->parts), ctx->scope);
 }
 
-void UcxServerTransport::dispatch_call(ucp_ep_h ep, std::uint64_t token, ucs_status_t status, CallParts parts) {
+void UcxServerTransport::dispatch_call(ucp_ep_h ep, std::uint64_t token, ucs_status_t status, CallParts parts,
+                                       std::string_view scope) {
   if (status != UCS_OK) return send_reply(ep, token, Errc::transport, nullptr, 0, {});
-  calls_(std::move(parts.frame), std::move(parts.payload),
+  calls_(std::move(parts.frame), std::move(parts.payload), scope,
          [this, ep, token](Bytes reply) { replies_.push(ep, token, std::move(reply)); });
 }
 
@@ -231,10 +233,11 @@ ucs_status_t UcxServerTransport::on_call(void* arg, const void* header, std::siz
   const bool can_reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0;
   const bool frame_fits = h && (rndv ? h->frame_length == header_length - sizeof(CallHeader)
                                      : h->frame_length <= length);
-  const Errc check = !h                       ? Errc::protocol
-                     : !self->admitted(param) ? Errc::permission_denied
-                     : !frame_fits            ? Errc::protocol
-                                              : Errc::ok;
+  const std::string* scope = h ? self->admitted(param) : nullptr;
+  const Errc check = !h           ? Errc::protocol
+                     : !scope     ? Errc::permission_denied
+                     : !frame_fits ? Errc::protocol
+                                   : Errc::ok;
   if (check != Errc::ok || !can_reply) {
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
     if (can_reply) self->send_reply(param->reply_ep, h ? h->token : 0, check, nullptr, 0, {});
@@ -242,13 +245,14 @@ ucs_status_t UcxServerTransport::on_call(void* arg, const void* header, std::siz
   }
   if (!rndv) {
     auto parts = split_call({static_cast<const std::uint8_t*>(data), length}, h->frame_length);
-    self->dispatch_call(param->reply_ep, h->token, UCS_OK, std::move(*parts));  // the length was checked above
+    self->dispatch_call(param->reply_ep, h->token, UCS_OK, std::move(*parts), *scope);  // the length was checked above
     return UCS_OK;
   }
   const auto* frame = static_cast<const std::uint8_t*>(header) + sizeof(CallHeader);
   auto ctx = std::make_unique<CallContext>(CallContext{
       self, param->reply_ep, h->token,
-      CallParts{std::vector<std::uint8_t>(frame, frame + h->frame_length), std::vector<std::uint8_t>(length)}});
+      CallParts{std::vector<std::uint8_t>(frame, frame + h->frame_length), std::vector<std::uint8_t>(length)},
+      *scope});
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.cb.recv_am = &UcxServerTransport::call_received;
@@ -256,9 +260,9 @@ ucs_status_t UcxServerTransport::on_call(void* arg, const void* header, std::siz
   ucs_status_ptr_t request =
       ucp_am_recv_data_nbx(self->worker_.get(), data, ctx->parts.payload.data(), ctx->parts.payload.size(), &rp);
   if (request == nullptr)
-    self->dispatch_call(ctx->reply_ep, ctx->token, UCS_OK, std::move(ctx->parts));
+    self->dispatch_call(ctx->reply_ep, ctx->token, UCS_OK, std::move(ctx->parts), ctx->scope);
   else if (UCS_PTR_IS_ERR(request))
-    self->dispatch_call(ctx->reply_ep, ctx->token, UCS_PTR_STATUS(request), {});
+    self->dispatch_call(ctx->reply_ep, ctx->token, UCS_PTR_STATUS(request), {}, ctx->scope);
   else
     (void)ctx.release();  // call_received owns it now, and frees the request
   return UCS_OK;
@@ -274,10 +278,12 @@ ucs_status_t UcxServerTransport::on_write(void* arg, const void* header, std::si
   const AmRequestHeader h = parsed.value_or(AmRequestHeader{});
   Errc check = Errc::protocol;
   SegmentAccess access;
-  if (parsed)
-    check = h.length != length         ? Errc::protocol
-            : !self->admitted(param)   ? Errc::permission_denied
-                                       : check_request(self->resolver_, h, access);
+  if (parsed) {
+    const std::string* scope = self->admitted(param);
+    check = h.length != length ? Errc::protocol
+            : !scope           ? Errc::permission_denied
+                               : check_request(self->resolver_, *scope, h, access);
+  }
   if (check != Errc::ok || !can_reply) {
     if (rndv) ucp_am_data_release(self->worker_.get(), data);
     if (can_reply) self->send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
@@ -335,7 +341,7 @@ ucs_status_t UcxServerTransport::on_ping(void* arg, const void* header, std::siz
   AmPingHeader h{};
   if (!self->take_header(header, header_length, data, param, h)) return UCS_OK;
   if (presented) self->admitted_[param->reply_ep] = std::move(*presented);
-  const bool ok = !presented || self->admitted(param);
+  const bool ok = !presented || self->admitted(param) != nullptr;
   self->send_reply(param->reply_ep, h.token, ok ? Errc::ok : Errc::permission_denied, nullptr, 0, {});
   return UCS_OK;
 }
@@ -346,14 +352,15 @@ void UcxServerTransport::forget_revoked() {
     it = it->second.admitted(admission_) ? std::next(it) : admitted_.erase(it);
 }
 
-bool UcxServerTransport::admitted(const ucp_am_recv_param_t* param) {
-  if (!admission_.required()) return true;
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return false;
+const std::string* UcxServerTransport::admitted(const ucp_am_recv_param_t* param) {
+  static const std::string kEveryName;
+  if (!admission_.required()) return &kEveryName;
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return nullptr;
   auto it = admitted_.find(param->reply_ep);
-  if (it == admitted_.end()) return false;
-  if (it->second.admitted(admission_)) return true;
+  if (it == admitted_.end()) return nullptr;
+  if (it->second.admitted(admission_)) return &it->second.scope();
   admitted_.erase(it);  // its session closed, or it never had one
-  return false;
+  return nullptr;
 }
 
 ucs_status_t UcxServerTransport::on_read(void* arg, const void* header, std::size_t header_length,
@@ -375,7 +382,8 @@ void UcxServerTransport::serve_read(const void* header, std::size_t header_lengt
   AmRequestHeader h{};
   if (!take_header(header, header_length, data, param, h)) return;
   SegmentAccess access;
-  const Errc check = admitted(param) ? check_request(resolver_, h, access) : Errc::permission_denied;
+  const std::string* scope = admitted(param);
+  const Errc check = scope ? check_request(resolver_, *scope, h, access) : Errc::permission_denied;
   if (check != Errc::ok) {
     send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
     return;
@@ -397,7 +405,8 @@ ucs_status_t UcxServerTransport::on_atomic(void* arg, const void* header, std::s
   if (!self->take_header(header, header_length, data, param, h)) return UCS_OK;
   SegmentAccess access;
   const AtomicRequest request = atomic_request(h);
-  const Errc check = self->admitted(param) ? check_atomic(self->resolver_, request, access) : Errc::permission_denied;
+  const std::string* scope = self->admitted(param);
+  const Errc check = scope ? check_atomic(self->resolver_, *scope, request, access) : Errc::permission_denied;
   if (check != Errc::ok) {
     self->send_reply(param->reply_ep, h.token, check, nullptr, 0, {});
     return UCS_OK;

@@ -85,11 +85,12 @@ class UcxServerTransport final : public ServerTransport {
   static void call_received(void* request, ucs_status_t status, std::size_t length, void* user_data);
   // Hands a call to calls_, whose reply is queued for this thread; a failed
   // receive (status) answers "transport" instead.
-  void dispatch_call(ucp_ep_h ep, std::uint64_t token, ucs_status_t status, CallParts parts);
+  void dispatch_call(ucp_ep_h ep, std::uint64_t token, ucs_status_t status, CallParts parts, std::string_view scope);
   void set_handler(unsigned id, ucp_am_recv_callback_t callback);
-  // Whether the sender's channel presented a ticket admitted now (its ping,
-  // channel_admission.hpp); the progress thread's.
-  bool admitted(const ucp_am_recv_param_t* param);
+  // The scope of the sender's channel where it presented a ticket admitted
+  // now (its ping, channel_admission.hpp); nullptr where it did not. The
+  // progress thread's.
+  const std::string* admitted(const ucp_am_recv_param_t* param);
   void forget_revoked();
 
   ContextPtr context_;

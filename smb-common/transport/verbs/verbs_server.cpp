@@ -171,9 +171,8 @@ void VerbsServerTransport::on_call(Connection& c, std::uint32_t slot, std::size_
   if (!c.repost(slot)) spdlog::warn("verbs: cannot repost a receive; that client's calls will stall");
   if (!whole) return;  // no token to answer to
   std::weak_ptr<Connection> weak = connections_.at(c.id.get());
-  calls_(std::move(parts->frame), std::move(parts->payload), [this, weak, token = header.token](Bytes reply) {
-    replies_.push(weak, token, std::move(reply));
-  });
+  calls_(std::move(parts->frame), std::move(parts->payload), c.ticket.scope(),
+         [this, weak, token = header.token](Bytes reply) { replies_.push(weak, token, std::move(reply)); });
 }
 
 bool VerbsServerTransport::send_replies() {
