@@ -8,6 +8,7 @@
 #include "process.hpp"
 #include "raw_connection.hpp"
 #include "scoped_env.hpp"
+#include "secret_server.hpp"
 #include "smbd_process.hpp"
 
 #include <smb/client.hpp>
@@ -33,42 +34,15 @@ constexpr int kPermissionDenied = 13;
 constexpr std::uint16_t kHello = type_of(MessageType::hello), kListLayouts = type_of(MessageType::list_layouts),
                         kOpenSegment = type_of(MessageType::open_segment), kAuth = type_of(MessageType::auth);
 
-class AuthTest : public testing::Test {
+// right_: the server's secret; wrong_: one letter more.
+class AuthTest : public SecretServerTest {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/smb-auth-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    right_ = write_secret("right", "correct horse battery staple\n");
-    wrong_ = write_secret("wrong", "correct horse battery stapler\n");
-    env_.unset("SMB_AUTH_TOKEN_FILE");
-    SmbdOptions options;
-    options.extra_args = {"--auth-token-file", right_};
-    server_ = std::make_unique<SmbdProcess>(options);
+    SecretServerTest::SetUp();
+    right_ = secret_;
+    wrong_ = write("wrong", "correct horse battery stapler\n");
   }
-  void TearDown() override {
-    server_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  std::string write_secret(const std::string& name, const std::string& text, mode_t mode = 0600) {
-    const auto path = dir_ + "/" + name;
-    std::ofstream(path) << text;
-    ::chmod(path.c_str(), mode);
-    return path;
-  }
-
-  smb::Client client(const std::string& secret_file) const {
-    smb::ClientOptions options;
-    options.servers = {server_->address()};
-    options.timeout = 5s;
-    options.auth_token_file = secret_file;
-    return smb::Client(options);
-  }
-
-  std::string dir_, right_, wrong_;
-  ScopedEnv env_;
-  std::unique_ptr<SmbdProcess> server_;
+  std::string right_, wrong_;
 };
 
 TEST_F(AuthTest, TheRightSecretIsServedAsUsual) {

@@ -7,8 +7,7 @@
 #include "expect_error.hpp"
 #include "fabric.hpp"
 #include "process.hpp"
-#include "scoped_env.hpp"
-#include "smbd_process.hpp"
+#include "secret_server.hpp"
 
 #include <smb/client.hpp>
 
@@ -29,44 +28,12 @@ namespace {
 using namespace smb::test;
 using namespace std::chrono_literals;
 
-class CredentialTest : public testing::Test {
+class CredentialTest : public SecretServerTest {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/smb-credential-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    secret_ = write("secret", "correct horse battery staple\n");
-    env_.unset("SMB_AUTH_TOKEN_FILE");
-    SmbdOptions options;
-    options.extra_args = {"--auth-token-file", secret_};
-    server_ = std::make_unique<SmbdProcess>(options);
-  }
-  void TearDown() override {
-    server_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  std::string write(const std::string& name, const std::string& text) {
-    const auto path = dir_ + "/" + name;
-    std::ofstream(path) << text;
-    ::chmod(path.c_str(), 0600);
-    return path;
-  }
   std::string credential(const std::string& prefix, std::chrono::seconds lifetime = 1h) {
     return write("credential-" + std::to_string(made_++), smb::make_credential(secret_, prefix, lifetime));
   }
-  smb::Client client(const std::string& auth_file) const {
-    smb::ClientOptions options;
-    options.servers = {server_->address()};
-    options.timeout = 5s;
-    options.auth_token_file = auth_file;
-    return smb::Client(options);
-  }
-
-  std::string dir_, secret_;
   int made_ = 0;
-  ScopedEnv env_;
-  std::unique_ptr<SmbdProcess> server_;
 };
 
 TEST_F(CredentialTest, ACredentialServesItsPrefixAndNothingElse) {
