@@ -48,6 +48,7 @@ EXCHANGE_WORKER = textwrap.dedent("""
         times = {"gloo": [], "smb": []}
         for i in range(iters + 1):
             for name, run in (("gloo", lambda: dist.all_reduce(t)), ("smb", lambda: hvd.allreduce(t, op=hvd.Sum, name=f"x{nbytes}"))):
+                t.fill_(1.0)  # in-place sums would grow to inf over the rounds
                 dist.barrier()
                 started = time.perf_counter()
                 run()

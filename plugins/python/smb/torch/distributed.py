@@ -22,6 +22,7 @@ collective) and the bitwise ops; both raise with a message saying so.
 CPU tensors move in place; CUDA tensors are staged through host memory.
 """
 
+import inspect
 import os
 import threading
 import uuid
@@ -231,4 +232,9 @@ def _create(store, rank, size, timeout):
 def register():
     """Registers the backend with torch.distributed (done by `import smb.torch`)."""
     if not hasattr(dist.Backend, BACKEND.upper()):
-        dist.Backend.register_backend(BACKEND, _create)
+        # torch 2 asks which devices a backend serves (and warns on every rank
+        # when not told); torch 1.13 has no such argument.
+        if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+            dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+        else:
+            dist.Backend.register_backend(BACKEND, _create)
