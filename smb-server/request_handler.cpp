@@ -75,6 +75,11 @@ Body RequestHandler::reserve_name(SessionId session, const Body& req) {
   if (it == req.end()) throw Error(Errc::protocol, "reserve_name: no layout");
   auto layout = protocol::layout_from_body(*it, "reserve_name");
   check_fits(layout);
+  // The record is named by the request's name, the one a credential's scope
+  // was checked against (ControlServer::serve), so the layout must agree.
+  if (const auto name = protocol::get_name(req, "name", "reserve_name"); name != layout.name)
+    throw Error(Errc::invalid_argument, "reserve_name: the layout is named " + util::quoted(layout.name) +
+                                            ", the request " + util::quoted(name));
   registry_.catalog().reserve_name(session, layout);
   return protocol::ok_reply();
 }

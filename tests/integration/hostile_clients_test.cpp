@@ -304,6 +304,11 @@ TEST_F(HostileClientTest, ForgedLayoutsAreRefused) {
   expect_error(*raw, kProtocol, "one server twice");
   raw->send(msgpack_frame(kReserveName, 5, layout(1ull << 40, 1u << 20, {self}, {1ull << 40})));
   expect_error(*raw, kNoSpace, "a share larger than this server");
+  // A layout under another name than the request's (the one a credential's scope is checked on).
+  auto renamed = layout(16, 8, {self}, {16});
+  renamed["name"] = "innocent";
+  raw->send(msgpack_frame(kReserveName, 6, renamed));
+  expect_error(*raw, kInvalidArgument, "a layout named other than its request");
   EXPECT_TRUE(client().list().empty()) << "nothing forged may be committed";
   expect_serving();
 }
