@@ -7,7 +7,10 @@ another; RSS after each round. A client that stays after its round would
 show as growth too, so each round ends only when smbd counts no client.
 
   bare     a control session only (hello, stat, close): no data channel
-  ucx      a full libsmb client over UCX (shared memory and CMA here)
+  ucx      a full libsmb client over UCX (shared memory and CMA here), all
+           in this one process, which lives on
+  ucx-exit the same, each client a process of its own that exits
+           (smbctl status)
   tcp      a full libsmb client over smbd's own tcp transport
   ucx-tcp  a full libsmb client over UCX's TCP lanes (UCX_TLS=tcp,self)
 
@@ -65,6 +68,11 @@ def bare_session(addr):
             read_reply(s)
 
 
+def exiting_client(addr, smbctl):
+    subprocess.run([smbctl, "--servers", addr, "status"], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
 def full_client(addr, smb, transport):
     c = smb.Client([addr], timeout=5.0, transport=transport)
     c.status()
@@ -76,7 +84,7 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build", "ci"))
     p.add_argument("--clients", type=int, default=2000, help="clients per round")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--kinds", default="bare,ucx,tcp,ucx-tcp")
+    p.add_argument("--kinds", default="bare,ucx,ucx-exit,tcp,ucx-tcp")
     p.add_argument("--settle", type=float, default=12.0,
                    help="seconds after a round before RSS is read: smbd closes a departed client's endpoint "
                         "10 s after its session ended")
@@ -98,7 +106,10 @@ def main():
         transport = "tcp" if kind == "tcp" else "ucx"
         proc, addr = start_smbd(smbd, transport, env)
         try:
-            one = (lambda: bare_session(addr)) if kind == "bare" else (lambda: full_client(addr, smb, transport))
+            smbctl = os.path.join(build, "tools", "smbctl")
+            one = ((lambda: bare_session(addr)) if kind == "bare" else
+                   (lambda: exiting_client(addr, smbctl)) if kind == "ucx-exit" else
+                   (lambda: full_client(addr, smb, transport)))
             for _ in range(200):  # warm-up: pools, first-use allocations
                 one()
             time.sleep(args.settle)
