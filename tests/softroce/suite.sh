@@ -516,8 +516,8 @@ run_native_gtests() {
   ((rc == 0)) || { fail "$log: $(basename "$binary") exited with status $rc"; return 1; }
 }
 
-case_integration_native() { run_native_gtests "$NATIVE_INTEGRATION" integration-native 900; }
-case_reliability_native() { run_native_gtests "$RELIABILITY" reliability-native 600; }
+case_integration_native() { run_native_gtests "$NATIVE_INTEGRATION" integration-native 1800; }
+case_reliability_native() { run_native_gtests "$RELIABILITY" reliability-native 900; }
 
 case_transport_native() {
   [[ -x $TRANSPORT_TESTS ]] || { fail "no transport test binary at $TRANSPORT_TESTS"; return 1; }
