@@ -56,16 +56,20 @@ Bytes digest(std::span<const std::uint8_t> bytes) {
   return out;
 }
 
-Bytes auth_proof(const std::string& secret, const Bytes& challenge) {
-  Bytes message(std::begin(kAuthContext), std::end(kAuthContext));  // the context and its NUL
-  message.insert(message.end(), challenge.begin(), challenge.end());
+Bytes hmac_sha256(const std::string& key, std::span<const std::uint8_t> message) {
   Bytes mac(EVP_MAX_MD_SIZE);
   unsigned int length = 0;
-  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), message.data(), message.size(), mac.data(),
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), message.data(), message.size(), mac.data(),
            &length) == nullptr)
     throw Error(Errc::internal, "authentication: OpenSSL could not compute an HMAC");
   mac.resize(length);
   return mac;
+}
+
+Bytes auth_proof(const std::string& secret, const Bytes& challenge) {
+  Bytes message(std::begin(kAuthContext), std::end(kAuthContext));  // the context and its NUL
+  message.insert(message.end(), challenge.begin(), challenge.end());
+  return hmac_sha256(secret, message);
 }
 
 bool proof_matches(const std::string& secret, const Bytes& challenge, const Bytes& proof) {

@@ -23,6 +23,8 @@ inline constexpr const char* kAuthScheme = "hmac-sha256";
 std::string read_secret_file(const std::string& path, const std::string& flag, std::string* warning = nullptr);
 
 Bytes make_challenge();
+// HMAC-SHA256 of `message` under `key` (OpenSSL).
+Bytes hmac_sha256(const std::string& key, std::span<const std::uint8_t> message);
 Bytes auth_proof(const std::string& secret, const Bytes& challenge);
 // SHA-256 of `bytes`: a server keeps its channel tickets by digest, so that
 // how long a lookup takes says nothing about the tickets themselves.

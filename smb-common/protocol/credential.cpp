@@ -5,9 +5,6 @@
 
 #include <smb/error.hpp>
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include <nlohmann/json.hpp>
 
 namespace smb::protocol {
@@ -18,13 +15,13 @@ namespace {
 constexpr char kCredentialContext[] = "smb credential v1";
 constexpr int kCredentialFormat = 1;
 
-std::string hex(const unsigned char* bytes, std::size_t n) {
+std::string hex(const Bytes& bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out;
-  out.reserve(2 * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    out += kDigits[bytes[i] >> 4];
-    out += kDigits[bytes[i] & 0xf];
+  out.reserve(2 * bytes.size());
+  for (const auto b : bytes) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 0xf];
   }
   return out;
 }
@@ -44,12 +41,7 @@ std::string credential_key(const std::string& secret, std::string_view prefix, s
   message += prefix;
   message += '\0';
   message += std::to_string(expires);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-           reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length) == nullptr)
-    throw Error(Errc::internal, "credential: OpenSSL could not compute an HMAC");
-  return hex(mac, length);
+  return hex(hmac_sha256(secret, std::span(reinterpret_cast<const std::uint8_t*>(message.data()), message.size())));
 }
 
 Credential make_credential(const std::string& secret, std::string prefix, std::uint64_t expires) {
