@@ -86,6 +86,16 @@ Layout Client::info(std::string_view name) { return core_->info(name); }
 std::vector<ShareState> Client::check(const Layout& layout) { return core_->check(layout); }
 RepairReport Client::repair(std::string_view name) { return core_->repair(name); }
 std::map<std::string, std::string> Client::unreachable_servers() const { return core_->unreachable_servers(); }
+std::vector<std::string> Client::replace_server(std::string_view lost, std::string_view replacement) {
+  return core_->replace_server(std::string(lost), std::string(replacement));
+}
+std::map<std::string, std::string> Client::replaced_servers() const {
+  std::map<std::string, std::string> out;
+  const auto map = core_->server_map();
+  for (const auto& [slot, entry] : map.entries())
+    if (entry.address != slot) out.emplace(slot, entry.address);
+  return out;
+}
 const std::vector<std::string>& Client::servers() const { return core_->servers(); }
 std::vector<std::string> Client::describe_paths() const { return core_->describe_paths(); }
 

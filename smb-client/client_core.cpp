@@ -90,6 +90,21 @@ ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
       failed.emplace_back(s, e);
     }
   }
+  // A server listed before the one whose hello said it was replaced: tried
+  // again at its new address.
+  std::erase_if(failed, [&](const auto& f) {
+    std::unique_lock lock(links_mutex_);
+    if (server_map_.resolve(f.first) == f.first) return false;
+    unreachable_.erase(f.first);
+    lock.unlock();
+    try {
+      link(f.first);
+      return true;
+    } catch (const Error& e) {
+      if (!is_absence(e)) throw;
+      return false;
+    }
+  });
   if (options_.tolerate_unreachable || failed.empty()) return;
   if (failed.size() == sorted_servers_.size())
     throw Error(failed.front().second.code(),
@@ -130,7 +145,7 @@ client::ServerLink& ClientCore::link(const std::string& server) {
   if (auto it = unreachable_.find(server); it != unreachable_.end() && now - it->second.since < kRetryUnreachable)
     throw Error(Errc::unreachable, it->second.why);
   try {
-    auto& made = connect(server);
+    auto& made = connect_or_replaced(server);
     unreachable_.erase(server);
     return made;
   } catch (const Error& e) {
@@ -140,10 +155,67 @@ client::ServerLink& ClientCore::link(const std::string& server) {
 }
 
 // Under links_mutex_.
+client::ServerLink& ClientCore::connect_or_replaced(const std::string& server) {
+  try {
+    return connect(server);
+  } catch (const Error& e) {
+    // Lost for good and replaced since this client last heard? The servers
+    // it reaches say so.
+    if (!is_absence(e) || !refresh_server_map(server)) throw;
+    return connect(server);
+  }
+}
+
+// Under links_mutex_.
+void ClientCore::learn_server_map(const Body& hello, const std::string& from) {
+  auto it = hello.find("replaced");
+  if (it == hello.end() || !server_map_.merge(*it, "hello of server " + from)) return;
+  for (auto link = links_.begin(); link != links_.end();) {
+    if (server_map_.resolve(link->first) == link->second->address) {
+      ++link;
+      continue;
+    }
+    spdlog::info("server {} is served at {} from now on (replaced)", link->first, server_map_.resolve(link->first));
+    retired_links_.push_back(std::move(link->second));
+    link = links_.erase(link);
+  }
+}
+
+// Under links_mutex_.
+bool ClientCore::refresh_server_map(const std::string& server) {
+  const auto before = server_map_.resolve(server);
+  // A snapshot: learning may retire links (kept alive in retired_links_).
+  std::vector<std::pair<std::string, client::ServerLink*>> linked;
+  for (auto& [name, l] : links_) linked.emplace_back(name, l.get());
+  for (auto& [name, l] : linked) {
+    if (name == server || l->control->broken() || l->control->peer_closed()) continue;
+    try {
+      learn_server_map(l->control->call(MessageType::server_map, Body::object()), name);
+    } catch (const Error& e) {
+      spdlog::debug("server {}: no map of replaced servers ({})", name, e.what());
+      continue;
+    }
+    if (server_map_.resolve(server) != before) return true;
+  }
+  return false;
+}
+
+std::string ClientCore::resolve(const std::string& slot) const {
+  std::lock_guard lock(links_mutex_);
+  return server_map_.resolve(slot);
+}
+
+protocol::ServerMap ClientCore::server_map() const {
+  std::lock_guard lock(links_mutex_);
+  return server_map_;
+}
+
+// Under links_mutex_.
 client::ServerLink& ClientCore::connect(const std::string& server) {
   auto made = std::make_unique<client::ServerLink>();
   auto& l = *made;
-  l.control = std::make_unique<client::ControlConnection>(server, options_.timeout,
+  l.address = server_map_.resolve(server);
+  l.control = std::make_unique<client::ControlConnection>(l.address, options_.timeout,
                                                           Body{{"client", "libsmb"},
                                                                {"id", id_},
                                                                {"transport", transport_->name()},
@@ -156,20 +228,27 @@ client::ServerLink& ClientCore::connect(const std::string& server) {
   l.channel = transport_->connect(protocol::get_binary(hello, "address", "hello"), server, ticket);
   if (hello.contains("instance")) l.instance = protocol::get_u64(hello, "instance", "hello");
   l.waits = std::make_unique<client::WaitConnections>(
-      server, options_.timeout, Body{{"client", "libsmb-wait"}, {"id", id_}, {"transport", transport_->name()}},
+      l.address, options_.timeout, Body{{"client", "libsmb-wait"}, {"id", id_}, {"transport", transport_->name()}},
       auth_);
-  return *links_.insert_or_assign(server, std::move(made)).first->second;
+  auto& kept = *links_.insert_or_assign(server, std::move(made)).first->second;
+  learn_server_map(hello, server);
+  // Its own hello says it was replaced (an old machine come back): the
+  // replacement is connected instead, once.
+  if (!links_.contains(server) && server_map_.resolve(server) != kept.address) return connect(server);
+  return kept;
 }
 
 client::ServerLink& ClientCore::relink(const std::string& server) {
   std::lock_guard lock(links_mutex_);
   if (auto it = links_.find(server); it != links_.end()) {
     auto& l = *it->second;
-    if (!l.control->broken() && !l.control->peer_closed() && !l.channel->failure()) return l;
+    if (!l.control->broken() && !l.control->peer_closed() && !l.channel->failure() &&
+        l.address == server_map_.resolve(server))
+      return l;
     retired_links_.push_back(std::move(it->second));
     links_.erase(it);
   }
-  auto& fresh = connect(server);
+  auto& fresh = connect_or_replaced(server);
   unreachable_.erase(server);
   return fresh;
 }
@@ -437,6 +516,7 @@ std::vector<ServerStatus> ClientCore::status() {
     st.address = s;
     try {
       stat_of(s, st);
+      if (auto at = resolve(s); at != s) st.served_at = at;
     } catch (const Error& e) {
       if (!is_absence(e)) throw;
       st = ServerStatus();

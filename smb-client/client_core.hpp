@@ -6,6 +6,7 @@
 #include "data_path.hpp"
 #include "op_gate.hpp"
 #include "protocol/fixed_calls.hpp"
+#include "protocol/server_map.hpp"
 #include "protocol/striping.hpp"
 #include "transport/transport.hpp"
 #include "util/random_id.hpp"
@@ -30,6 +31,7 @@ struct ServerLink {
   std::unique_ptr<WaitConnections> waits;  // locks and barriers wait on these
   std::unique_ptr<transport::Channel> channel;
   std::uint64_t instance = 0;  // the run of smbd we said hello to (0: a server that has none)
+  std::string address;         // where it was reached: the server's own, or its replacement's
 
   // Where the transport cannot see a dead server itself, the closed control
   // connection tells: the channel is failed, so that ops fail instead of
@@ -123,6 +125,14 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   transport::ClientTransport& transport() { return *transport_; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   const std::vector<std::string>& servers() const { return sorted_servers_; }
+  // Replacing a lost server (replace.cpp): `slot` is served at `address`
+  // from now on, told to every server reachable; returns the servers told.
+  std::vector<std::string> replace_server(const std::string& slot, const std::string& address);
+  // Tells every reachable server the replacements it lacks (a repair's first step).
+  void publish_server_map();
+  // Where `slot` is served now (itself unless replaced), and the map.
+  std::string resolve(const std::string& slot) const;
+  protocol::ServerMap server_map() const;
 
  private:
   // The home server's link, or an error naming the buffer whose layout it keeps.
@@ -138,6 +148,15 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::shared_ptr<BufferCore> attach(const Layout& layout,
                                      const std::vector<transport::SegmentDescriptor>& descriptors);
   client::ServerLink& connect(const std::string& server);
+  // connect, and where the server is not there, again at its replacement's
+  // address if the servers linked now say it was replaced.
+  client::ServerLink& connect_or_replaced(const std::string& server);
+  // Replaced servers (protocol/server_map.hpp), under links_mutex_: takes a
+  // hello's map; links that now point at an old place are retired.
+  void learn_server_map(const protocol::Body& hello, const std::string& from);
+  // Asks the servers linked now for their map; true when `server` is
+  // served somewhere new (a lost server replaced meanwhile).
+  bool refresh_server_map(const std::string& server);
   void stat_of(const std::string& server, ServerStatus& out);
   void note_unreachable(const std::string& server, const Error& e);
   // A repair's phases use the keepers, links and checks above (repair_job.hpp).
@@ -210,6 +229,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   };
   static constexpr std::chrono::seconds kRetryUnreachable{1};
   std::map<std::string, Unreachable> unreachable_;  // servers that could not be reached, and why
+  protocol::ServerMap server_map_;                   // where replaced servers are served now
+  std::atomic<bool> published_server_map_{false};    // by this client's first repair
 };
 
 // One open's hold, from before hold_layout to finish_hold (repair_watch.cpp).

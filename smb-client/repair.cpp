@@ -26,6 +26,8 @@ namespace smb {
 // the repair is tried again until the timeout.
 RepairReport ClientCore::repair(std::string_view name) {
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  // Servers that restarted since a replacement have forgotten it (replace.cpp).
+  if (!published_server_map_.exchange(true)) publish_server_map();
   for (;;) {
     try {
       return client::RepairJob(*this, std::string(name)).run();

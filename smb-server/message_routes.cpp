@@ -1,6 +1,7 @@
 #include "message_routes.hpp"
 
 #include "replies.hpp"
+#include "util/parse.hpp"
 
 #include <array>
 #include <chrono>
@@ -99,6 +100,15 @@ void set_version(Services& s, Request& r, const ReplyFn& reply) {
   s.versions.advanced(name);
 }
 
+// A server's replacement changes where every client of the fabric goes:
+// the fabric's secret only, no job's credential.
+void replace_server(Services& s, Request& r, const ReplyFn& reply) {
+  if (!r.scope.empty())
+    throw Error(Errc::permission_denied, "replace_server: a job's credential (names starting " +
+                                             util::quoted(r.scope) + ") cannot replace servers: use the fabric's secret");
+  reply(s.requests.replace_server(r.session, r.body));
+}
+
 // One entry per message of protocol/message_schema.hpp, in its order (the
 // static_asserts below say which is missing or out of place).
 constexpr std::array kRoutes{
@@ -133,6 +143,8 @@ constexpr std::array kRoutes{
     Route{MessageType::mark_stale, mark_stale},
     Route::for_call(MessageType::atomic_call),
     Route{MessageType::segment_clients, at_once<&RequestHandler::segment_clients>},
+    Route{MessageType::server_map, at_once<&RequestHandler::server_map>},
+    Route{MessageType::replace_server, replace_server},
 };
 
 static_assert(kRoutes.size() == protocol::kMessages.size(), "kRoutes: one entry per message of the schema");

@@ -47,7 +47,7 @@ Body page_reply(Body fields, const char* items, const Page<T>& page, Body list) 
 void RequestHandler::check_fits(const Layout& layout) const {
   const auto capacity = registry_.store().stats().capacity;
   for (std::size_t i = 0; i < layout.servers.size(); ++i) {
-    if (layout.servers[i] != identity_.address) continue;
+    if (!is_me(layout.servers[i])) continue;
     if (layout.shares[i] > capacity)
       throw Error(Errc::no_space, "buffer '" + layout.name + "': its share of " + util::format_bytes(layout.shares[i]) +
                                       " on this server exceeds its capacity of " + util::format_bytes(capacity));
@@ -63,11 +63,38 @@ Body RequestHandler::hello(SessionId session, const Body& req) {
     throw Error(Errc::invalid_argument, "this smbd serves transport '" + identity_.transport +
                                             "', the client asked for " + util::quoted(transport));
   if (req.contains("id")) identities_.greeted(session, protocol::get_u64(req, "id", "hello"));
-  return protocol::ok_reply({{"server", identity_.address},
-                             {"transport", identity_.transport},
-                             {"address", protocol::binary(identity_.transport_address)},
-                             {"session", session},
-                             {"instance", identity_.instance}});
+  auto reply = protocol::ok_reply({{"server", identity_.address},
+                                   {"transport", identity_.transport},
+                                   {"address", protocol::binary(identity_.transport_address)},
+                                   {"session", session},
+                                   {"instance", identity_.instance}});
+  if (!server_map_.empty()) reply["replaced"] = server_map_.to_body();
+  return reply;
+}
+
+bool RequestHandler::is_me(const std::string& slot) const {
+  return slot == identity_.address || server_map_.resolve(slot) == identity_.address;
+}
+
+Body RequestHandler::server_map(SessionId, const Body&) {
+  return protocol::ok_reply({{"replaced", server_map_.to_body()}});
+}
+
+// {slot, address, epoch}: taken where newer than what this server knows
+// (the replacing client sends every server the same entry).
+Body RequestHandler::replace_server(SessionId, const Body& req) {
+  const auto slot = protocol::get_string(req, "slot", "replace_server");
+  const auto address = protocol::get_string(req, "address", "replace_server");
+  const auto epoch = protocol::get_u64(req, "epoch", "replace_server");
+  auto candidate = server_map_;
+  if (candidate.merge(Body{{slot, Body::array({address, epoch})}}, "replace_server")) {
+    if (auto serving = server_map_.slot_of(address); serving && *serving != slot)
+      throw Error(Errc::invalid_argument, "replace_server: " + util::quoted(address) + " already serves the place of " +
+                                              util::quoted(*serving));
+    server_map_ = std::move(candidate);
+    spdlog::warn("server {} is served at {} from now on (replacement epoch {})", slot, address, epoch);
+  }
+  return protocol::ok_reply({{"replaced", server_map_.to_body()}});
 }
 
 Body RequestHandler::reserve_name(SessionId session, const Body& req) {

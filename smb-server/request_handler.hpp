@@ -5,6 +5,7 @@
 #include "client_identities.hpp"
 #include "metrics.hpp"
 #include "protocol/messages.hpp"
+#include "protocol/server_map.hpp"
 #include "registry.hpp"
 #include "replies.hpp"
 
@@ -49,6 +50,10 @@ class RequestHandler {
   Body mark_stale(SessionId session, const Body& request);
   // Who holds a segment open, by client identity (ClientIdentities).
   Body segment_clients(SessionId session, const Body& request);
+  // Servers replaced at new addresses (protocol/server_map.hpp): the map this
+  // server was told, handed to every client in its hello.
+  Body server_map(SessionId session, const Body& request);
+  Body replace_server(SessionId session, const Body& request);  // its route admits no credential's session
   // An ordered op on segment `name` waited in vain for the op before it.
   void fell_behind(const std::string& name) { registry_.store().fell_behind(name); }
   // Runs a vector op (vector_runs.hpp); with `wait` false: nullopt when
@@ -61,12 +66,16 @@ class RequestHandler {
 
  private:
   void check_fits(const Layout& layout) const;
+  // Whether a layout's server `slot` is this one: its own address, or the
+  // slot it replaces.
+  bool is_me(const std::string& slot) const;
 
   Registry& registry_;
   ClientIdentities& identities_;
   const ServerIdentity& identity_;
   const std::atomic<std::uint32_t>& clients_;
   const Metrics& metrics_;
+  protocol::ServerMap server_map_;
 };
 
 }  // namespace smb::server

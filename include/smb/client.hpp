@@ -131,6 +131,9 @@ struct ServerWaits {
 
 struct ServerStatus {
   std::string address;
+  /// Where it is served: a replacement's address (Client::replace_server),
+  /// or empty where it is served at `address`.
+  std::string served_at;
   /// false: the server could not be reached (error says why) and the
   /// fields below are empty.
   bool reachable = true;
@@ -372,6 +375,18 @@ class Client {
   /// not pause in time, Errc::data_lost when both copies of some stripes
   /// are gone, Errc::invalid_argument for a buffer with one copy.
   RepairReport repair(std::string_view name);
+  /// Replaces a server lost for good (`lost`, as the fabric lists it) by a
+  /// new, empty smbd at `replacement`: from now on every client reaches
+  /// that server's place at the new address, while layouts and server lists
+  /// keep naming it by the old one. Every reachable server is told (and
+  /// tells each client in its hello); the next repair() of each replicated
+  /// buffer rebuilds its lost copies there (docs/reliability.md, "Replacing
+  /// a server"). Refused (Errc::invalid_argument, nothing changed) where
+  /// `lost` still answers, `replacement` does not, or either is not what it
+  /// should be. Returns the servers told.
+  std::vector<std::string> replace_server(std::string_view lost, std::string_view replacement);
+  /// Servers replaced so far: {lost address: where it is served now}.
+  std::map<std::string, std::string> replaced_servers() const;
   /// Servers found unreachable so far, with the reason.
   std::map<std::string, std::string> unreachable_servers() const;
 

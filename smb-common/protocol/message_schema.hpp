@@ -28,7 +28,7 @@
 
 #define SMB_PROTOCOL_MESSAGES(X)                                                                                       \
   X(1, hello, control, "{client, id?, transport, address(bin)}",                                                       \
-    "{server, transport, address(bin), session, instance, ticket(bin)} | {auth, challenge(bin)}")                      \
+    "{server, transport, address(bin), session, instance, ticket(bin), replaced?} | {auth, challenge(bin)}")                      \
   X(2, reserve_name, control, "{name, layout(bin)}", "{}")                                                             \
   X(3, commit_layout, control, "{name}", "{}")                                                                         \
   X(4, get_layout, control, "{name}", "{layout(bin)}")                                                                 \
@@ -58,7 +58,9 @@
   X(30, segment_digest, control, "{name, offset, length, chunk}", "{digests(bin)}")                                    \
   X(31, mark_stale, control, "{name, copy, server, why}", "{layout(bin), added}")                                      \
   X(32, atomic_call, call, "AtomicCallBody", "FixedReplyBody + old")                                                   \
-  X(33, segment_clients, control, "{name}", "{clients, behind}")
+  X(33, segment_clients, control, "{name}", "{clients, behind}")                                                      \
+  X(34, server_map, control, "{}", "{replaced}")                                                                       \
+  X(35, replace_server, control, "{slot, address, epoch}", "{replaced}")
 
 namespace smb::protocol {
 
@@ -71,8 +73,8 @@ inline constexpr std::uint32_t kMagic = 0x31424d53;  // "SMB1"
 // change to a message, a fixed call or a transport's wire header:
 // tests/unit/wire_version_test.cpp keeps their fingerprint beside it and
 // fails until both are updated.
-inline constexpr std::uint16_t kVersion = 5;
-inline constexpr std::uint64_t kWireFingerprint = 0xf0bf8dbf288c7a57;  // tests/unit/wire_version_test.cpp
+inline constexpr std::uint16_t kVersion = 6;
+inline constexpr std::uint64_t kWireFingerprint = 0x74c87fdfb51f5832;  // tests/unit/wire_version_test.cpp
 
 enum class MessageType : std::uint16_t {
 #define SMB_MESSAGE_ENUMERATOR(number, name, path, request, reply) name = number,

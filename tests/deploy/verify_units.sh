@@ -39,8 +39,13 @@ fi
 grep -q '^ExecStart=.* repair --watch ' "$scratch/smb-repair.service" || { echo "smb-repair.service: not repair --watch"; status=1; }
 grep -q '^DynamicUser=yes$' "$scratch/smb-repair.service" || { echo "smb-repair.service: not DynamicUser"; status=1; }
 # The command the unit runs takes its flags as written (a typo fails here).
+# $SMB_REPAIR_ARGS (repair.env) as systemd expands it: split into words,
+# none where unset; its documented example must parse too.
 command=$(sed -n 's|^ExecStart=||p' "$scratch/smb-repair.service")
-out=$(SMB_SERVERS=127.0.0.1:1 timeout 5 $command 2>&1) && { echo "smb-repair's command ran on?"; status=1; }
-[[ $out == *127.0.0.1:1* ]] || { echo "smb-repair's command: $out"; status=1; }
+for args in "" "--onto 127.0.0.1:2,127.0.0.1:3 --replace-after 120"; do
+  out=$(SMB_SERVERS=127.0.0.1:1 timeout 5 ${command//\$SMB_REPAIR_ARGS/$args} 2>&1) &&
+    { echo "smb-repair's command ran on?"; status=1; }
+  [[ $out == *127.0.0.1:1* ]] || { echo "smb-repair's command (SMB_REPAIR_ARGS='$args'): $out"; status=1; }
+done
 [[ $status == 0 ]] && echo "deploy/systemd: every unit verifies clean; the smb user is created"
 exit $status

@@ -229,6 +229,22 @@ void request_seeds() {
   record(stale, 0, type_of(MessageType::begin_repair), body({{"name", "w"}}));
   record(stale, 0, type_of(MessageType::end_repair), body({{"name", "w"}, {"fresh", Body::array({Body::array({1, 0})})}}));
   write("fuzz_requests", "stale-copies", stale);
+  // Replaced servers: a replacement told, told again (older: kept), a loop
+  // back to the slot's own address, a malformed address, then the map read.
+  Bytes replaced;
+  record(replaced, 0, type_of(MessageType::hello), body(reqs[0].second));
+  record(replaced, 0, type_of(MessageType::replace_server),
+         body({{"slot", "10.0.0.4:7000"}, {"address", "10.0.0.9:7000"}, {"epoch", 2}}));
+  record(replaced, 0, type_of(MessageType::replace_server),
+         body({{"slot", "10.0.0.4:7000"}, {"address", "10.0.0.8:7000"}, {"epoch", 1}}));
+  record(replaced, 0, type_of(MessageType::replace_server),
+         body({{"slot", "10.0.0.5:7000"}, {"address", "10.0.0.9:7000"}, {"epoch", 1}}));
+  record(replaced, 0, type_of(MessageType::replace_server),
+         body({{"slot", "10.0.0.4:7000"}, {"address", "10.0.0.4:7000"}, {"epoch", 3}}));
+  record(replaced, 0, type_of(MessageType::replace_server), body({{"slot", "x"}, {"address", ""}, {"epoch", 9}}));
+  record(replaced, 0, type_of(MessageType::server_map), body(Body::object()));
+  record(replaced, 0, type_of(MessageType::hello), body(reqs[0].second));
+  write("fuzz_requests", "replaced-servers", replaced);
 }
 
 // A checkpoint of a 3-byte buffer 'w' (checkpoint_file.hpp), after the

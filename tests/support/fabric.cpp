@@ -123,6 +123,8 @@ void FabricTest::restart_server(std::size_t index) {
   slot = std::make_unique<SmbdProcess>(again);  // throws with the daemon's log if it cannot start
 }
 
+std::unique_ptr<SmbdProcess> FabricTest::start_spare() const { return std::make_unique<SmbdProcess>(daemon_); }
+
 void FabricTest::TearDown() {
   // The daemon must survive anything a client does: a server that died on
   // its own during the test fails it, with the daemon's log.

@@ -72,6 +72,9 @@ class FabricTest : public testing::TestWithParam<FabricParam> {
   // Kills server `index` (if it still runs) and starts a fresh, empty smbd
   // on the same address: a crashed server that came back.
   void restart_server(std::size_t index);
+  // A new, empty smbd started as the fabric's are, on a port of its own and
+  // in no list: a replacement machine (Client::replace_server).
+  std::unique_ptr<SmbdProcess> start_spare() const;
   std::vector<std::string> addresses() const;
   // The addresses in the order libsmb places names by (sorted), and the
   // index of the server at `address`.

@@ -33,12 +33,19 @@ void load_buffer(Client& client, const std::string& path, const std::string& nam
 void dump_elements(Client& client, const std::string& name, DType type, std::uint64_t offset,
                    std::optional<std::uint64_t> count, bool json);
 
+// smbctl repair --onto SPARE[,SPARE...] [--replace LOST] [--replace-after S]:
+// lost servers replaced by new ones at other addresses before the repair.
+struct Replacing {
+  std::vector<std::string> spares;     // unused smbd, in the order to take them
+  std::string lost;                    // the server to replace (default: the one unreachable)
+  std::chrono::milliseconds after{0};  // --watch: how long a server stays unreachable first
+};
 // smbctl repair [NAME]: one pass; true when some buffer stays degraded.
-bool repair_buffers(Client& client, const std::string& name, bool json);
+bool repair_buffers(Client& client, const std::string& name, bool json, const Replacing& replacing);
 // smbctl repair --watch: a pass every `every` with a fresh client, until killed;
 // prints what it repaired and each lasting state (busy, lost) once.
 [[noreturn]] void watch_repairs(const ClientOptions& options, const std::string& name, bool json,
-                                std::chrono::milliseconds every);
+                                std::chrono::milliseconds every, Replacing replacing);
 
 // smbctl credential create --prefix P [--expires D] [--out FILE]: a per-job
 // credential derived from the shared secret in `secret_file` (no server asked).

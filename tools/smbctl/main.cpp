@@ -1,7 +1,8 @@
 // smbctl: inspect and manage a Soft Memory Box fabric.
 //   smbctl [--servers LIST] [--json] status | ls | info NAME | rm NAME | dump NAME --dtype T
 //                                   | save NAME FILE | load FILE [NAME]
-//                                   | repair [NAME] [--watch [--interval S]]
+//                                   | repair [NAME] [--watch [--interval S]] [--onto SPARE,... [--replace LOST]
+//                                            [--replace-after S]]
 //                                   | status --watch | top  [--interval S] [--iterations N]
 //                                   | credential create --prefix P [--expires D] [--out FILE]
 // Exit status: 0 success, 1 a libsmb error, 2 a usage error, 3 the fabric is
@@ -70,6 +71,17 @@ int main(int argc, char** argv) {
   repair->add_flag("--watch", watch, "repair whatever needs it every --interval seconds, until stopped");
   repair->add_option("--interval", interval, "seconds between --watch passes (default 10)")
       ->check(CLI::Range(0.1, 86400.0));
+  smb::smbctl::Replacing replacing;
+  double replace_after = 60;
+  repair->add_option("--onto", replacing.spares,
+                     "new, empty smbd (HOST:PORT) that take the place of a server lost for good, first the lost "
+                     "server's copies rebuilt there; with --watch a comma-separated list of spares")
+      ->delimiter(',');
+  repair->add_option("--replace", replacing.lost, "the lost server --onto replaces (default: the one unreachable)");
+  repair->add_option("--replace-after", replace_after,
+                     "with --watch --onto: seconds a server stays unreachable before a spare takes its place "
+                     "(default 60)")
+      ->check(CLI::Range(0.0, 86400.0));
   auto* dump = app.add_subcommand("dump", "print elements of a buffer, one per line");
   dump->add_option("name", name, "buffer name")->required();
   std::string dtype;
@@ -136,8 +148,18 @@ int main(int argc, char** argv) {
       smb::smbctl::show_top(options, json, every, iterations);
       return 0;
     }
+    replacing.after = std::chrono::milliseconds(static_cast<long>(replace_after * 1000));
+    if (!watch && replacing.spares.size() > 1) {
+      std::cerr << "smbctl: repair --onto takes one server without --watch (a list is --watch's spares)\n";
+      return 2;
+    }
+    if (!replacing.lost.empty() && replacing.spares.empty()) {
+      std::cerr << "smbctl: repair --replace needs --onto (the server that takes its place)\n";
+      return 2;
+    }
     if (repair->parsed() && watch)
-      smb::smbctl::watch_repairs(options, name, json, std::chrono::milliseconds(static_cast<long>(interval * 1000)));
+      smb::smbctl::watch_repairs(options, name, json, std::chrono::milliseconds(static_cast<long>(interval * 1000)),
+                                 replacing);
     smb::Client client(std::move(options));
     if (status->parsed()) degraded = smb::smbctl::show_status(client, json);
     if (ls->parsed()) degraded = smb::smbctl::list_buffers(client, json);
@@ -145,7 +167,7 @@ int main(int argc, char** argv) {
     if (rm->parsed()) smb::smbctl::remove_buffer(client, name, json);
     if (save->parsed()) smb::smbctl::save_buffer(client, name, file, json);
     if (load->parsed()) smb::smbctl::load_buffer(client, file, name, json);
-    if (repair->parsed()) degraded = smb::smbctl::repair_buffers(client, name, json);
+    if (repair->parsed()) degraded = smb::smbctl::repair_buffers(client, name, json, replacing);
     if (dump->parsed()) smb::smbctl::dump_elements(client, name, *smb::parse_dtype(dtype), offset, count, json);
   } catch (const std::exception& e) {
     std::cerr << "smbctl: " << e.what() << '\n';

@@ -2,6 +2,10 @@
 // lost and those recorded stale (Client::repair), for one buffer or every
 // replicated buffer listed;
 // --watch does so every interval until stopped (the automatic mode).
+// --onto SPARE replaces a server lost for good by the new smbd at SPARE
+// first (Client::replace_server), so the repair rebuilds its copies there;
+// with --watch, each server unreachable for --replace-after seconds takes
+// the next spare.
 #include "commands.hpp"
 
 #include <smb/error.hpp>
@@ -12,6 +16,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -90,9 +95,43 @@ std::string line(const Outcome& o) {
   return text;
 }
 
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+struct Replaced {
+  std::string server, by;
+  std::vector<std::string> told;
+  nlohmann::json to_json() const { return {{"server", server}, {"by", by}, {"told", told}}; }
+};
+
+std::string line(const Replaced& r, std::size_t servers) {
+  return "server " + r.server + " replaced: served at " + r.by + " from now on (" + std::to_string(r.told.size()) +
+         " of " + std::to_string(servers) + " servers told)";
+}
+
+// One pass's replacement: `lost`, or the one server unreachable, by the first spare.
+Replaced replace_lost(Client& client, const Replacing& replacing) {
+  auto lost = replacing.lost;
+  if (lost.empty()) {
+    std::vector<std::string> down;
+    for (const auto& [server, why] : client.unreachable_servers()) down.push_back(server);
+    if (down.empty()) throw Error(Errc::invalid_argument, "--onto: no server is lost, so none is replaced");
+    if (down.size() > 1)
+      throw Error(Errc::invalid_argument, "--onto: servers " + joined(down) + " are unreachable: say which one " +
+                                              "--onto replaces with --replace");
+    lost = down.front();
+  }
+  return {lost, replacing.spares[0], client.replace_server(lost, replacing.spares[0])};
+}
+
 }  // namespace
 
-bool repair_buffers(Client& client, const std::string& name, bool json) {
+bool repair_buffers(Client& client, const std::string& name, bool json, const Replacing& replacing) {
+  std::optional<Replaced> replaced;
+  if (!replacing.spares.empty()) replaced = replace_lost(client, replacing);
   std::vector<Outcome> outcomes;
   for (const auto& n : targets(client, name)) outcomes.push_back(repair_one(client, n));
   bool degraded = !client.unreachable_servers().empty();
@@ -100,8 +139,11 @@ bool repair_buffers(Client& client, const std::string& name, bool json) {
   if (json) {
     auto list = nlohmann::json::array();
     for (const auto& o : outcomes) list.push_back(to_json(o));
-    std::cout << nlohmann::json{{"buffers", list}, {"degraded", degraded}}.dump(2) << '\n';
+    nlohmann::json doc{{"buffers", list}, {"degraded", degraded}};
+    if (replaced) doc["replaced"] = replaced->to_json();
+    std::cout << doc.dump(2) << '\n';
   } else {
+    if (replaced) std::cout << line(*replaced, client.servers().size()) << '\n';
     if (outcomes.empty()) std::cout << "no replicated buffers to repair\n";
     for (const auto& o : outcomes) std::cout << line(o) << '\n';
     print_unreachable(client.unreachable_servers(), std::cout);
@@ -109,13 +151,55 @@ bool repair_buffers(Client& client, const std::string& name, bool json) {
   return degraded;
 }
 
-[[noreturn]] void watch_repairs(const ClientOptions& options, const std::string& name, bool json, std::chrono::milliseconds every) {
+namespace {
+
+// --watch --onto: a server unreachable for `after` takes the next spare.
+class SpareKeeper {
+ public:
+  explicit SpareKeeper(Replacing replacing) : replacing_(std::move(replacing)) {}
+
+  void pass(Client& client, bool json) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto down = client.unreachable_servers();
+    std::erase_if(since_, [&](const auto& entry) { return !down.contains(entry.first); });
+    for (const auto& [server, why] : down) {
+      const auto first = since_.try_emplace(server, now).first->second;
+      if (replacing_.spares.empty() || now - first < replacing_.after) continue;
+      if (!replacing_.lost.empty() && replacing_.lost != server) continue;
+      const auto spare = replacing_.spares.front();
+      try {
+        const Replaced done{server, spare, client.replace_server(server, spare)};
+        std::cout << (json ? nlohmann::json{{"replaced", done.to_json()}}.dump() : line(done, client.servers().size()))
+                  << std::endl;
+        replacing_.spares.erase(replacing_.spares.begin());
+        since_.erase(server);
+        if (replacing_.spares.empty()) std::cout << "no spare servers left for --onto" << std::endl;
+      } catch (const Error& e) {
+        const std::string said = server + e.what();
+        if (said != refused_) std::cerr << "smbctl repair: " << e.what() << std::endl;
+        refused_ = said;
+      }
+    }
+  }
+
+ private:
+  Replacing replacing_;
+  std::map<std::string, std::chrono::steady_clock::time_point> since_;  // unreachable since
+  std::string refused_;  // the last refusal said (said once)
+};
+
+}  // namespace
+
+[[noreturn]] void watch_repairs(const ClientOptions& options, const std::string& name, bool json,
+                                std::chrono::milliseconds every, Replacing replacing) {
   std::map<std::string, std::string> last;  // buffer -> last result reported
   std::set<std::string> unreachable;         // servers last reported unreachable
+  SpareKeeper spares(std::move(replacing));
   for (;;) {
     try {
       // A fresh client each pass: a server that restarted is reached anew.
       Client client(options);
+      spares.pass(client, json);
       for (const auto& n : targets(client, name)) {
         const auto o = repair_one(client, n);
         const auto said = o.result + o.error;

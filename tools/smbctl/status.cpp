@@ -18,7 +18,7 @@ nlohmann::json to_json(const ServerStatus& s) {
   auto buffers = nlohmann::json::array();
   for (const auto& b : s.buffers)
     buffers.push_back({{"name", b.name}, {"bytes", b.bytes}, {"open_handles", b.open_handles}});
-  return {{"address", s.address},
+  nlohmann::json j{{"address", s.address},
           {"reachable", true},
           {"instance", s.instance},
           {"transport", s.transport},
@@ -33,6 +33,8 @@ nlohmann::json to_json(const ServerStatus& s) {
             {"barrier_parties", s.waiting.barrier_parties},
             {"locks", s.waiting.locks}}},
           {"buffers", std::move(buffers)}};
+  if (!s.served_at.empty()) j["served_at"] = s.served_at;  // a replacement's (smbctl repair --onto)
+  return j;
 }
 
 void print_human(const std::vector<ServerStatus>& servers, std::ostream& out) {
@@ -51,7 +53,8 @@ void print_human(const std::vector<ServerStatus>& servers, std::ostream& out) {
       unreachable.emplace(s.address, s.error);
       continue;
     }
-    table.add_row({s.address, s.transport, util::format_bytes(s.capacity),
+    table.add_row({s.served_at.empty() ? s.address : s.address + " (at " + s.served_at + ")", s.transport,
+                   util::format_bytes(s.capacity),
                    bytes_with_percent(s.used, s.capacity), util::format_bytes(s.largest_free),
                    s.huge_pages ? "yes" : "no", std::to_string(s.clients),
                    std::to_string(s.buffers.size())});

@@ -333,6 +333,18 @@ class Client:
         stripes are gone."""
         return self._c.repair(name)
 
+    def replace_server(self, lost, replacement):
+        """Replaces server `lost` (as the fabric lists it), gone for good, by the new empty smbd
+        at `replacement`: every client reaches its place there from now on, and the next
+        repair() of each replicated buffer rebuilds its copies there. Raises InvalidArgument
+        (nothing changed) where `lost` still answers or `replacement` does not. Returns the
+        servers told."""
+        return list(self._c.replace_server(lost, replacement))
+
+    def replaced_servers(self):
+        """{lost server: the address it is served at now}."""
+        return dict(self._c.replaced_servers())
+
     def unreachable_servers(self):
         """{server: reason} of the servers found unreachable so far (a replicated
         buffer works on without them; what needs them fails at once)."""

@@ -297,6 +297,14 @@ void bind_client(py::module_& m) {
       .def_property_readonly("servers", &Client::servers)
       .def("describe_paths", &Client::describe_paths)
       .def("unreachable_servers", &Client::unreachable_servers)
+      .def(
+          "replace_server",
+          [](Client& c, const std::string& lost, const std::string& replacement) {
+            py::gil_scoped_release nogil;
+            return c.replace_server(lost, replacement);
+          },
+          py::arg("lost"), py::arg("replacement"))
+      .def("replaced_servers", &Client::replaced_servers)
       .def("register_memory", [](Client& c, py::handle memory) {
         const auto mem = host_memory(memory, true);
         PyRegistration r;

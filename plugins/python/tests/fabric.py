@@ -157,6 +157,18 @@ class Fabric:
             proc.send_signal(sig)
             proc.wait(timeout=10)
 
+    def start_spare(self):
+        """Starts one more, empty smbd on a port of its own, not in `servers`: a replacement
+        machine (Client.replace_server). Returns its address; stop() ends it with the rest."""
+        i = len(self.procs)
+        out = open(os.path.join(self._dir, f"smbd{i}.out"), "w+b")
+        err = open(os.path.join(self._dir, f"smbd{i}.err"), "w+b")
+        self._logs.append((out, err))
+        self.procs.append(subprocess.Popen(
+            [smbd_path(), "--listen", "127.0.0.1:0", "--capacity", self.capacity, *self.extra_args],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=err, preexec_fn=_die_with_parent(os.getpid())))
+        return self._wait_ready(i)
+
     def restart(self, i):
         """Kills smbd `i` and starts a fresh, empty one on its address: a crashed server that came back."""
         self.kill(i)

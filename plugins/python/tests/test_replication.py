@@ -94,5 +94,32 @@ class RepairTest(fabric.FabricTestCase):
         np.testing.assert_array_equal(got, x * 2)
 
 
+class ReplaceServerTest(fabric.FabricTestCase):
+    """Its own fabric: the test kills two of its servers."""
+    SERVERS = 3
+
+    @needs_numpy
+    def test_a_server_lost_for_good_is_replaced_at_a_new_address(self):
+        x = np.arange(3 * STRIPE * 2 // 4, dtype=np.float32)
+        name = self.unique_name()
+        holder = self.client.create(name, x.nbytes, stripe_unit=STRIPE, replicas=2)
+        holder.write(0, x)
+        self.fabric.kill(0)
+        spare = self.fabric.start_spare()
+        client = self.new_client()
+        with self.assertRaises(smb.InvalidArgument):
+            client.replace_server(self.fabric.servers[1], spare)  # alive: refused
+        told = client.replace_server(self.fabric.servers[0], spare)
+        self.assertEqual(len(told), 3)
+        self.assertEqual(client.replaced_servers(), {self.fabric.servers[0]: spare})
+        report = client.repair(name)
+        self.assertEqual({c.server for c in report.repaired}, {self.fabric.servers[0]})
+        holder.write(0, x * 3)  # the holder adopted the copies on the replacement
+        self.fabric.kill(1)
+        got = np.empty_like(x)
+        self.new_client().open(name).read(0, got)  # still lists the lost address
+        np.testing.assert_array_equal(got, x * 3)
+
+
 if __name__ == "__main__":
     fabric.main()
