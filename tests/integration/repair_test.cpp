@@ -68,13 +68,7 @@ TEST_P(RepairTest, ARestartedServerGetsItsCopiesBackAndTheBufferSurvivesTheNextL
   for (auto& v : values) v *= 2.0;
   // Losing the third server leaves some stripes only in the repaired copies.
   server(third("kt", victim)).kill();
-  ByteVec got(count * sizeof(double));
-  buffer.read(0, got);
-  EXPECT_EQ(as_doubles(got), values) << "read after the repair and the loss of another server";
-  auto later = fresh_client();
-  ByteVec seen(count * sizeof(double));
-  later.open("kt").read(0, seen);
-  EXPECT_EQ(as_doubles(seen), values) << "a fresh client's read";
+  expect_values(buffer, "kt", values, "after the repair and the loss of another server");
 }
 
 // A client that keeps writing blocks and accumulating counters through a
@@ -304,36 +298,18 @@ TEST_P(RepairTest, TheWatchModeRepairsAServerThatComesBack) {
     auto client = make_client();
     client.create("auto", 3 * kUnit * 3, replicated()).write(0, pattern_bytes(0, 3 * kUnit * 3));
   }
-  std::unique_ptr<FILE, int (*)(FILE*)> log(std::tmpfile(), &std::fclose);
-  ASSERT_TRUE(log);
-  const pid_t watcher = spawn(smbctl_path(), {"--servers", server_list(), "repair", "--watch", "--interval", "0.2"},
-                              fileno(log.get()), fileno(log.get()));
-  const auto text = [&] {
-    std::string out;
-    std::rewind(log.get());
-    char chunk[4096];
-    while (const auto n = std::fread(chunk, 1, sizeof chunk, log.get())) out.append(chunk, n);
-    return out;
-  };
+  BackgroundSmbctl watcher({"--servers", server_list(), "repair", "--watch", "--interval", "0.2"});
   const auto victim = not_home_of("auto");
   // A server down is said once, and its return.
-  const auto said = [&](const std::string& part) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!mentions(text(), part) && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    return mentions(text(), part);
-  };
   server(victim).kill();
-  EXPECT_TRUE(said("unreachable: " + server(victim).address())) << text();
+  EXPECT_TRUE(watcher.said("unreachable: " + server(victim).address())) << watcher.text();
   restart_server(victim);
-  EXPECT_TRUE(said("every server is reachable again")) << text();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (state_of("auto") != "ok" && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ::kill(watcher, SIGKILL);
-  wait_for_exit(watcher, std::chrono::seconds(10));
-  EXPECT_EQ(state_of("auto"), "ok") << text();
-  EXPECT_TRUE(mentions(text(), "buffer 'auto': repaired")) << text();
+  EXPECT_TRUE(watcher.said("every server is reachable again")) << watcher.text();
+  BackgroundSmbctl::eventually([&] { return state_of("auto") == "ok"; });
+  const auto text = watcher.text();
+  watcher.stop();
+  EXPECT_EQ(state_of("auto"), "ok") << text;
+  EXPECT_TRUE(mentions(text, "buffer 'auto': repaired")) << text;
   // The repaired copies hold the data: lose the other servers' copies of them.
   server(third("auto", victim)).kill();
   ByteVec got(3 * kUnit * 3);
