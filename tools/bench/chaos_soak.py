@@ -2,7 +2,8 @@
 """A chaos soak with a history check (issue 36, item 6): concurrent client
 processes run fetch-adds, compare-swaps, accumulates, writes and reads on a
 buffer with 2 copies over 3 smbd, while random servers are SIGKILLed,
-restarted on their address and repaired. Every operation's invocation,
+then restarted on their address or (every --replace-every'th loss)
+replaced by a new smbd at a new address, and repaired. Every operation's invocation,
 completion and result is recorded; at the end the history is checked:
 
   counters   fetch_add on a worker's own word: the returned old values are
@@ -19,7 +20,8 @@ completion and result is recorded; at the end the history is checked:
              owner wrote, never one older than a write acknowledged before
              the read began, nor than a read that completed before it began
 
-    tools/bench/chaos_soak.py [--build build/ci] [--seconds 60] [--workers 3] [--kill-every 6] [--seed N]
+    tools/bench/chaos_soak.py [--build build/ci] [--seconds 60] [--workers 3] [--kill-every 6]
+                              [--replace-every 3] [--seed N]
 
 Prints the figures (operations, kills, repairs, violations, the longest
 stall a worker saw) and exits 1 on any violation; CTest runs a short one
@@ -258,6 +260,8 @@ def main():
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--kill-every", type=float, default=6.0, help="seconds between losses")
+    p.add_argument("--replace-every", type=int, default=3,
+                   help="every Nth loss is a replacement at a new address (Client.replace_server); 0: never")
     p.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     p.add_argument("--self-test", action="store_true", help="check the history checker on made-up histories")
     p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -290,16 +294,28 @@ def main():
         procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(w), "--servers", fab.server_list,
                                    "--deadline", str(deadline), "--out", paths[w], "--seed", str(args.seed)],
                                   env=env, stderr=logs[w]) for w in range(args.workers)]
-        kills = repairs = 0
+        kills = repairs = replacements = 0
         repair_errors = []
+        serving = list(range(SERVERS))  # per server (slot), the process of the fabric serving it now
         next_kill = time.time() + args.kill_every
         while time.time() < deadline - 1.0:
             if time.time() >= next_kill:
                 victim = rng.randrange(SERVERS)
-                fab.kill(victim)
+                fab.kill(serving[victim])
                 kills += 1
                 time.sleep(rng.uniform(0.2, 1.0))  # the clients run degraded meanwhile
-                fab.restart(victim)
+                if serving[victim] != victim or (args.replace_every and kills % args.replace_every == 0):
+                    # A new machine at a new address takes its place (a slot
+                    # served by a replacement is replaced again when lost).
+                    spare = fab.start_spare()
+                    try:
+                        client.replace_server(fab.servers[victim], spare)
+                        serving[victim] = len(fab.procs) - 1
+                        replacements += 1
+                    except smb.Error as e:
+                        repair_errors.append(f"replace_server: {type(e).__name__}: {e}")
+                else:
+                    fab.restart(victim)
                 for _ in range(50):
                     try:
                         client.repair(NAME)
@@ -337,7 +353,8 @@ def main():
     failed = ops - acked
     stall = max(longest_stall(h) for h in histories.values())
     print(f"chaos soak (seed {args.seed}): {args.seconds:g} s, {args.workers} workers, {SERVERS} smbd, 2 copies: "
-          f"{ops} ops ({acked} acknowledged, {failed} failed), {kills} kills, {repairs} repairs, "
+          f"{ops} ops ({acked} acknowledged, {failed} failed), {kills} kills ({replacements} replaced at a new "
+          f"address), {repairs} repairs, "
           f"{len(violations)} violations, longest stall {stall * 1000:.0f} ms")
     for e in repair_errors:
         print(f"  repair: {e}")
