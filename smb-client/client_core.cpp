@@ -176,9 +176,14 @@ void ClientCore::learn_server_map(const Body& hello, const std::string& from) {
       continue;
     }
     spdlog::info("server {} is served at {} from now on (replaced)", link->first, server_map_.resolve(link->first));
-    retired_links_.push_back(std::move(link->second));
-    link = links_.erase(link);
+    link = retire(link);
   }
+}
+
+// Under links_mutex_. Requests in flight may still name the link: it is kept.
+ClientCore::Links::iterator ClientCore::retire(Links::iterator link) {
+  retired_links_.push_back(std::move(link->second));
+  return links_.erase(link);
 }
 
 // Under links_mutex_.
@@ -245,8 +250,7 @@ client::ServerLink& ClientCore::relink(const std::string& server) {
     if (!l.control->broken() && !l.control->peer_closed() && !l.channel->failure() &&
         l.address == server_map_.resolve(server))
       return l;
-    retired_links_.push_back(std::move(it->second));
-    links_.erase(it);
+    retire(it);
   }
   auto& fresh = connect_or_replaced(server);
   unreachable_.erase(server);

@@ -157,6 +157,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Asks the servers linked now for their map; true when `server` is
   // served somewhere new (a lost server replaced meanwhile).
   bool refresh_server_map(const std::string& server);
+  // Takes a link out of use (relinked, or its server moved); returns the next.
+  using Links = std::map<std::string, std::unique_ptr<client::ServerLink>>;
+  Links::iterator retire(Links::iterator link);
   void stat_of(const std::string& server, ServerStatus& out);
   void note_unreachable(const std::string& server, const Error& e);
   // A repair's phases use the keepers, links and checks above (repair_job.hpp).
@@ -221,7 +224,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::vector<std::string> sorted_servers_;
   std::unique_ptr<transport::ClientTransport> transport_;
   mutable std::mutex links_mutex_;
-  std::map<std::string, std::unique_ptr<client::ServerLink>> links_;
+  Links links_;
   std::vector<std::unique_ptr<client::ServerLink>> retired_links_;  // relinked: requests may still name them
   struct Unreachable {
     std::string why;

@@ -46,10 +46,7 @@ std::vector<std::string> ClientCore::replace_server(const std::string& lost, con
     throw Error(Errc::invalid_argument, context + ": " + address + " serves the place of " + *serving + " already");
   // Only a lost server: a live one's clients would go on writing its copies
   // while the repair rebuilds them elsewhere.
-  if (auto it = links_.find(slot); it != links_.end()) {
-    retired_links_.push_back(std::move(it->second));  // requests in flight may still name it
-    links_.erase(it);
-  }
+  if (auto it = links_.find(slot); it != links_.end()) retire(it);
   try {
     connect(slot);
     throw Error(Errc::invalid_argument, context + ": " + slot + " answers at " + server_map_.resolve(slot) +
