@@ -4,6 +4,7 @@
 // (create/open/destroy) that span servers.
 #include "control_connection.hpp"
 #include "data_path.hpp"
+#include "lock_restorer.hpp"
 #include "op_gate.hpp"
 #include "protocol/fixed_calls.hpp"
 #include "protocol/server_map.hpp"
@@ -234,6 +235,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::map<std::string, Unreachable> unreachable_;  // servers that could not be reached, and why
   protocol::ServerMap server_map_;                   // where replaced servers are served now
   std::atomic<bool> published_server_map_{false};    // by this client's first repair
+  client::LockRestorer lock_restorer_;               // last: its thread ends before the rest goes
 };
 
 // One open's hold, from before hold_layout to finish_hold (repair_watch.cpp).
@@ -336,11 +338,22 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
 
 }  // namespace detail
 
+// A lock is held at each keeper of its name (keeper_lock.cpp); the
+// restorer edits the holds, under `mutex`, where one was lost.
 struct Lock::State {
-  std::shared_ptr<ClientCore> client;  // keeps the connection's pool alive
-  std::shared_ptr<client::ControlConnection> connection;  // the one that took the lock
+  struct Hold {
+    std::string keeper;
+    std::shared_ptr<client::ControlConnection> connection;  // the one that holds it there; null: not held there
+    std::uint64_t token = 0;
+    bool given_up = false;  // another holder took the range there while it was lost
+  };
+  std::shared_ptr<ClientCore> client;  // keeps the connections' pools alive
   std::string name;
-  std::uint64_t token = 0;
+  std::uint64_t offset = 0, length = 0;
+  std::chrono::steady_clock::time_point lease_end;  // at the latest: counted from before the first request
+  std::mutex mutex;
+  std::vector<Hold> holds;
+  std::atomic<bool> released{false};
 };
 
 struct MemoryRegistration::State {

@@ -1,8 +1,8 @@
-// Locks, barriers and buffer versions from the client's side. Locks and
-// barriers live on the home server of their name (as layout records do), so
-// every process finds them from the name alone; they wait on connections of
-// their own (wait_connections.hpp); version reads and waits go
-// to every server holding part of the buffer, as calls over the data path.
+// Barriers and buffer versions from the client's side (locks:
+// keeper_lock.cpp). Barriers, like locks and layout records, live on the
+// keepers of their name (its home, then the next server), so every process
+// finds them from the name alone; version reads and waits go to every
+// server holding part of the buffer, as calls over the data path.
 #include "client_core.hpp"
 #include "server_calls.hpp"
 
@@ -13,47 +13,53 @@
 
 namespace smb {
 
-using protocol::MessageType;
 
 namespace {
 // A buffer's version is the least of its servers' (each counts its own ops).
 std::uint64_t least_of(const std::vector<std::uint64_t>& versions) {
   return versions.empty() ? 0 : *std::min_element(versions.begin(), versions.end());
 }
-
-std::uint64_t millis(std::chrono::milliseconds d) { return static_cast<std::uint64_t>(std::max<std::int64_t>(d.count(), 1)); }
 }  // namespace
 
-Lock ClientCore::lock(std::string_view name_view, const LockOptions& options) {
-  const std::string name(name_view);
-  protocol::validate_name(name);
-  auto connection = link(home_of(name)).waits->acquire();
-  auto reply = connection->call(MessageType::lock,
-                                {{"name", name},
-                                 {"offset", options.offset},
-                                 {"length", options.length},
-                                 {"lease_ms", millis(options.lease)},
-                                 {"timeout_ms", millis(options.timeout)}},
-                                options.timeout);
-  auto state = std::make_shared<Lock::State>();
-  state->client = shared_from_this();
-  state->connection = std::move(connection);
-  state->name = name;
-  state->token = protocol::get_u64(reply, "token", "lock");
-  return Lock(std::move(state));
-}
-
-// A call over the home server's data channel (about one round trip once all
+// A call over a keeper's data channel (about one round trip once all
 // arrive), naming this client's control session there, whose close breaks
-// the barrier for the other parties.
+// the barrier for the other parties. The home takes it; where the home
+// cannot be reached, or is lost while the parties wait (each is then told
+// at once), they all meet at the next keeper instead (docs/reliability.md,
+// "Locks and barriers with two keepers").
 void ClientCore::barrier(std::string_view name_view, std::uint32_t parties, std::chrono::milliseconds timeout) {
   const std::string name(name_view);
   protocol::validate_name(name);
-  auto& home = link(home_of(name));
-  client::ServerCalls calls(
-      shared_from_this(), [name] { return "barrier " + smb::util::quoted(name); }, timeout);
-  calls.add_barrier_call(home, name, parties, timeout, home.control->session());
-  calls.finish_versions();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto keepers = keepers_of(name);
+  std::string lost;  // keepers lost on the way, and why
+  for (std::size_t i = 0; i < keepers.size(); ++i) {
+    const bool last = i + 1 == keepers.size();
+    const auto fail = [&](const Error& e) {
+      throw Error(e.code(), lost.empty() ? std::string(e.what()) : std::string(e.what()) + " (before it: " + lost + ")");
+    };
+    client::ServerLink* keeper = nullptr;
+    try {
+      keeper = &relink(keepers[i]);
+    } catch (const Error& e) {
+      if (last || !client::is_absence(e)) fail(e);
+      lost += keepers[i] + " cannot be reached: " + e.what() + "; ";
+      continue;
+    }
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (wait.count() <= 0) fail(Error(Errc::timeout, "barrier " + util::quoted(name) + ": not all parties came in time"));
+    try {
+      client::ServerCalls calls(
+          shared_from_this(), [name] { return "barrier " + smb::util::quoted(name); }, wait);
+      calls.add_barrier_call(*keeper, name, parties, wait, keeper->control->session());
+      calls.finish_versions();
+      return;
+    } catch (const Error& e) {
+      // server_gone from a keeper still there: a party left, which breaks it.
+      if (last || e.code() != Errc::server_gone || keeper->alive()) fail(e);
+      lost += keepers[i] + " was lost while the parties waited: " + e.what() + "; ";
+    }
+  }
 }
 
 std::uint64_t BufferCore::version() { return least_of(server_versions()); }
@@ -81,33 +87,6 @@ std::uint64_t BufferCore::wait_version(std::uint64_t version, std::chrono::milli
                              timeout);
     }
   return least_of(calls.finish_versions());
-}
-
-// ---------------------------------------------------------------- Lock
-
-Lock::~Lock() {
-  try {
-    unlock();
-  } catch (const Error&) {
-    // an expired lease or a gone server: nothing left to release
-  }
-}
-
-Lock& Lock::operator=(Lock&& other) noexcept {
-  if (this != &other) {
-    try {
-      unlock();
-    } catch (const Error&) {
-    }
-    state_ = std::move(other.state_);
-  }
-  return *this;
-}
-
-void Lock::unlock() {
-  if (!state_) return;
-  auto state = std::move(state_);
-  state->connection->call(MessageType::unlock, {{"name", state->name}, {"token", state->token}});
 }
 
 }  // namespace smb

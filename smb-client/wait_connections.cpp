@@ -14,9 +14,12 @@ std::shared_ptr<ControlConnection> WaitConnections::acquire() {
   std::unique_ptr<ControlConnection> connection;
   {
     std::lock_guard lock(idle_->mutex);
-    if (!idle_->connections.empty()) {
+    // One its server closed (it restarted, or went) would fail the wait as
+    // though the server were gone now.
+    while (!connection && !idle_->connections.empty()) {
       connection = std::move(idle_->connections.back());
       idle_->connections.pop_back();
+      if (connection->peer_closed()) connection.reset();
     }
   }
   if (!connection) connection = std::make_unique<ControlConnection>(peer_, timeout_, hello_, auth_);

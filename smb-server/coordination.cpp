@@ -108,8 +108,30 @@ void Coordination::lock(SessionId session, const Body& request, const ReplyFn& r
   const bool queued_conflict = std::any_of(lock.waiters.begin(), lock.waiters.end(), [&](const LockWaiter& w) {
     return overlaps(w.offset, w.length, offset, length);
   });
-  if (!queued_conflict && !conflicts_with_holder(lock, offset, length))
+  const bool held = conflicts_with_holder(lock, offset, length);
+  const auto forget_if_empty = [&] {
+    if (lock.holders.empty() && lock.waiters.empty()) locks_.erase(name);
+  };
+  if (request.contains("restore") && protocol::get_bool(request, "restore", what)) {
+    // A holder that holds at the other keeper: it comes first, or not at all.
+    if (held) {
+      forget_if_empty();
+      throw Error(Errc::busy, "lock " + util::quoted(name) + ": cannot restore a hold here, another holder has the range");
+    }
     return grant(name, lock, session, offset, length, lease, reply);
+  }
+  // In its grace, a range nobody holds or waits for here may still be held
+  // at the other keeper by a holder about to restore it: the client asks
+  // there first. (One held or waited for here is queued for as usual.)
+  if (!queued_conflict && !held && request.contains("settled_only") &&
+      protocol::get_bool(request, "settled_only", what)) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(grace_until_ - std::chrono::steady_clock::now());
+    if (left.count() > 0) {
+      forget_if_empty();
+      return reply(protocol::ok_reply({{"grace_ms", static_cast<std::uint64_t>(left.count())}}));
+    }
+  }
+  if (!queued_conflict && !held) return grant(name, lock, session, offset, length, lease, reply);
   const std::uint64_t id = next_token_++;
   auto timer = start_timer(timeout, [this, name, id, session] {
     auto found = locks_.find(name);

@@ -8,6 +8,14 @@
 // next waiter is granted). A holder that stays connected but stops
 // renewing loses its lock when the lease runs out.
 //
+// Two keepers (docs/reliability.md, "Locks and barriers with two keepers"):
+// a client locks a name at its home and then at the next server, and a
+// holder that finds a keeper lost restores its hold there once it returns.
+// A server that has just started cannot know which holds it lost, so for
+// `grace` after its start it answers a request marked settled_only with
+// the grace left instead of a grant; a restore is granted at once where no
+// holder here conflicts.
+//
 // Cost: granted ranges of one lock never overlap, so they are kept by offset
 // and a request finds a conflict in O(log holders); a release finds its
 // holder by token in O(1). Waiters (at most one per waiting connection) are
@@ -31,8 +39,8 @@ namespace smb::server {
 
 class Coordination {
  public:
-  Coordination(boost::asio::io_context& io, std::uint64_t max_locks_per_session)
-      : io_(io), max_locks_per_session_(max_locks_per_session) {}
+  Coordination(boost::asio::io_context& io, std::uint64_t max_locks_per_session, std::chrono::milliseconds grace)
+      : io_(io), max_locks_per_session_(max_locks_per_session), grace_until_(std::chrono::steady_clock::now() + grace) {}
 
   // The deferred requests (message_routes.cpp): each answers through
   // `reply` once its condition holds, its timeout passes or its party goes.
@@ -88,6 +96,7 @@ class Coordination {
 
   boost::asio::io_context& io_;
   const std::uint64_t max_locks_per_session_;
+  const std::chrono::steady_clock::time_point grace_until_;
   std::map<std::string, Lock> locks_;
   std::unordered_map<std::uint64_t, HeldLock> held_;             // token -> where it is held
   std::map<SessionId, std::set<std::uint64_t>> held_by_;         // session -> tokens

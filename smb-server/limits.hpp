@@ -29,6 +29,10 @@ struct SessionQuotas {
   std::uint64_t layouts = 1'000'000;           // --max-layouts-per-client: layout records created
   std::uint64_t layout_bytes = 256ull << 20;   // --max-layout-bytes-per-client: their encoded bytes
   std::uint64_t locks = 100'000;               // --max-locks-per-client: held and waiting
+  // --lock-grace: after a start, how long locks of names kept on two servers
+  // are granted only to holders restoring them (docs/reliability.md,
+  // "Locks and barriers with two keepers").
+  std::chrono::milliseconds lock_grace{std::chrono::seconds(2)};
 };
 
 // The no_space error of a quota: what this client holds, and the flag that sets the limit.

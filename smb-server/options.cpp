@@ -93,6 +93,11 @@ void add_options(CLI::App& app, SmbdOptions& options) {
       ->group(limits)
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--lock-grace", options.lock_grace_s,
+                 "Seconds after a start in which a lock kept on two servers is granted here only to its holder "
+                 "restoring it (docs/reliability.md)")
+      ->group(limits)
+      ->capture_default_str();
 }
 
 std::optional<int> parse_command_line(const std::vector<std::string>& args, SmbdOptions& options, std::ostream& out,
@@ -139,6 +144,9 @@ CheckedOptions check_options(SmbdOptions& options) {
   if (!options.metrics.empty()) util::parse_host_port(options.metrics, /*allow_zero_port=*/false);
   options.connections.hello_timeout = seconds_flag(options.hello_timeout_s, "--hello-timeout");
   options.connections.frame_timeout = seconds_flag(options.frame_timeout_s, "--frame-timeout");
+  if (!(options.lock_grace_s >= 0 && options.lock_grace_s <= 3600))
+    throw Error(Errc::invalid_argument, "--lock-grace must be 0 to 3600 seconds");
+  options.quotas.lock_grace = std::chrono::milliseconds(static_cast<std::int64_t>(options.lock_grace_s * 1000));
   for (const auto& item : options.transport_options) {
     const auto equals = item.find('=');
     if (equals == std::string::npos || equals == 0)

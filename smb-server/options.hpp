@@ -31,6 +31,7 @@ struct SmbdOptions {
   std::string metrics;   // HOST:PORT for Prometheus; empty: not served
   double hello_timeout_s = 10;
   double frame_timeout_s = 30;
+  double lock_grace_s = 2;
   std::string auth_token_file;
   ConnectionLimits connections;
   SessionQuotas quotas;

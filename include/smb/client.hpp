@@ -330,12 +330,19 @@ class Client {
   void destroy(std::string_view name);
 
   /// A lock named `name` (a buffer's name, or any name), granted in FIFO
-  /// order by the name's home server. Throws Errc::timeout if not granted in time.
+  /// order by the name's home server and the next one (its keepers), and
+  /// held at both: the holder keeps it, and nobody else gets it, through
+  /// the loss of either; a returning keeper gets its hold back
+  /// (docs/reliability.md, "Locks and barriers with two keepers"). Throws
+  /// Errc::timeout if not granted in time, Errc::unreachable where neither
+  /// keeper can be reached.
   Lock lock(std::string_view name, const LockOptions& options = {});
   /// Returns once `parties` processes (on any hosts) have called barrier()
   /// with this name. A participant that disconnects while others wait turns
   /// the barrier into an Errc::server_gone error for them; throws
-  /// Errc::timeout when not all arrive in time.
+  /// Errc::timeout when not all arrive in time. The parties meet at the
+  /// name's home server, or at the next one where the home is lost (also
+  /// while they wait).
   void barrier(std::string_view name, std::uint32_t parties,
                std::chrono::milliseconds timeout = std::chrono::seconds(120));
 

@@ -156,6 +156,18 @@ void request_seeds() {
   const Body lock = {{"name", "w"}, {"offset", 0}, {"length", 64}, {"lease_ms", 1000}, {"timeout_ms", 5}};
   record(calls, 0, type_of(MessageType::lock), body(lock));
   record(calls, 2, type_of(MessageType::lock), body(lock));
+  // The two-keeper forms: in the fuzzer's fresh server, its grace (answered
+  // with grace_ms), a restore refused (held) and one granted, a bad flag.
+  Body settled = lock;
+  settled["settled_only"] = true;
+  record(calls, 2, type_of(MessageType::lock), body(settled));
+  Body restore = lock;
+  restore["restore"] = true;
+  record(calls, 2, type_of(MessageType::lock), body(restore));
+  restore["offset"] = 4096;
+  record(calls, 2, type_of(MessageType::lock), body(restore));
+  restore["restore"] = "yes";
+  record(calls, 2, type_of(MessageType::lock), body(restore));
   Bytes frame = protocol::encode_vector_call(9, smb::VectorOp::axpy, smb::DType::f32, 0, 4, 2.0, "w");
   frame.insert(frame.end(), 16, 0x40);  // x, split off as the payload
   record(calls, 1 | (16 << 1), 0, frame);
@@ -283,7 +295,7 @@ void config_seeds() {
         text("listen = \"127.0.0.1:7000\"\ncapacity = \"4G\"\ntransport = \"ucx\"\npoll = false\nspin-us = 50\n"
              "log-level = \"info\"\nmax-connections = 100\nhello-timeout = 10\nframe-timeout = 30.5\n"
              "max-segments-per-client = 4096\nmax-layouts-per-client = 4096\n"
-             "max-layout-bytes-per-client = 1048576\nmax-locks-per-client = 10000\n"
+             "max-layout-bytes-per-client = 1048576\nmax-locks-per-client = 10000\nlock-grace = 2.5\n"
              "auth-token-file = \"/etc/smb/token\"\nlog-file = \"/var/log/smb/smbd.log\"\n"));
   write("fuzz_config", "refused",
         text("# a comment\n[default]\ncapacity = [1, 2]\nlisten = { host = \"::1\" }\nwhen = 1979-05-27T07:32:00Z\n"

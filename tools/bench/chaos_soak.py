@@ -19,6 +19,9 @@ completion and result is recorded; at the end the history is checked:
              every worker reads every slot: a read returns 0 or a tag its
              owner wrote, never one older than a write acknowledged before
              the read began, nor than a read that completed before it began
+  lock       workers take one lock (kept by its home and the next server,
+             both killed in turn), note when it was granted and when they
+             let it go, and unlock: no two acknowledged holds overlap
 
     tools/bench/chaos_soak.py [--build build/ci] [--seconds 60] [--workers 3] [--kill-every 6]
                               [--replace-every 3] [--seed N]
@@ -48,6 +51,7 @@ SERVERS = 3
 COUNTERS, SUMS, SWAP, SLOTS = 0, STRIPE, 2 * STRIPE, 3 * STRIPE
 SIZE = 6 * STRIPE
 NAME = "chaos-soak"
+LOCK = "chaos-soak-lock"
 
 
 # ------------------------------------------------------------------ worker
@@ -76,7 +80,7 @@ def worker(index, servers, deadline, out_path, seed):
                 record(op="open", ok=False, error=str(e)[:200], t0=time.time(), t1=time.time())
                 time.sleep(0.1)
                 continue
-        op = rng.choice(("fetch_add", "accumulate", "swap", "write", "read", "read"))
+        op = rng.choice(("fetch_add", "accumulate", "swap", "write", "read", "read", "lock"))
         t0 = time.time()
         entry = {"op": op}
         try:
@@ -90,6 +94,12 @@ def worker(index, servers, deadline, out_path, seed):
                 old = buf.compare_swap(SWAP, seen_swap, desired)
                 entry["old"] = old
                 seen_swap = desired if old == seen_swap else old
+            elif op == "lock":
+                held = client.lock(LOCK, lease=10.0, timeout=5.0)
+                entry["held"] = time.time()
+                time.sleep(rng.uniform(0, 0.002))
+                entry["let_go"] = time.time()
+                held.unlock()  # raises where the lease ran out: the hold was not exclusive
             elif op == "write":
                 tag += 1
                 entry["tag"] = (index << 40) | tag
@@ -185,6 +195,16 @@ def check(histories, final_counters, final_sums, final_swap, final_slots):
         bad.append(f"compare_swap: the {len(winners)} winners do not form one chain from 0 ({steps} do)")
     if final_swap != value:
         bad.append(f"compare_swap: final value {final_swap:#x} is not the chain's end {value:#x}")
+    # The lock: acknowledged holds, by when they were granted, never overlap.
+    holds = sorted(((o["held"], o["let_go"], w) for w, ops in histories.items() for o in ops
+                    if o["op"] == "lock" and o["ok"]))
+    latest = None  # the hold that lets go last among those granted so far
+    for held, let_go, w in holds:
+        if latest is not None and held < latest[1]:
+            bad.append(f"lock: worker {w} was granted it at {held:.4f} while worker {latest[2]} held it "
+                       f"(until {latest[1]:.4f})")
+        if latest is None or let_go > latest[1]:
+            latest = (held, let_go, w)
     # Registers: one writer per slot, tags growing.
     reads_of = {w: [] for w in histories}
     for ops in histories.values():
@@ -235,6 +255,10 @@ def self_test():
                           1: [op("read", 4, 5, slot=0, value=7)]}, ([0, 0], [0.0, 0.0], 0, [8, 0]), 1),
         "a read of nothing written": ({0: [op("write", 0, 1, tag=7)], 1: [op("read", 4, 5, slot=0, value=3)]},
                                       ([0, 0], [0.0, 0.0], 0, [7, 0]), 1),
+        "two lock holders": ({0: [op("lock", 0, 3, held=1, let_go=2)], 1: [op("lock", 0, 4, held=1.5, let_go=3)]},
+                             ([0, 0], [0.0, 0.0], 0, [0, 0]), 1),
+        "lock holders in turn": ({0: [op("lock", 0, 3, held=1, let_go=2)], 1: [op("lock", 0, 4, held=2.5, let_go=3)]},
+                                 ([0, 0], [0.0, 0.0], 0, [0, 0]), 0),
     }
     failed = []
     for name, (histories, final, expected) in cases.items():
@@ -351,9 +375,10 @@ def main():
     ops = sum(len(h) for h in histories.values())
     acked = sum(1 for h in histories.values() for o in h if o.get("ok"))
     failed = ops - acked
+    locks = sum(1 for h in histories.values() for o in h if o["op"] == "lock" and o.get("ok"))
     stall = max(longest_stall(h) for h in histories.values())
     print(f"chaos soak (seed {args.seed}): {args.seconds:g} s, {args.workers} workers, {SERVERS} smbd, 2 copies: "
-          f"{ops} ops ({acked} acknowledged, {failed} failed), {kills} kills ({replacements} replaced at a new "
+          f"{ops} ops ({acked} acknowledged, {failed} failed; {locks} lock holds), {kills} kills ({replacements} replaced at a new "
           f"address), {repairs} repairs, "
           f"{len(violations)} violations, longest stall {stall * 1000:.0f} ms")
     for e in repair_errors:
