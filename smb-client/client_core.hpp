@@ -350,7 +350,10 @@ struct Lock::State {
   std::shared_ptr<ClientCore> client;  // keeps the connections' pools alive
   std::string name;
   std::uint64_t offset = 0, length = 0;
-  std::chrono::steady_clock::time_point lease_end;  // at the latest: counted from before the first request
+  std::chrono::milliseconds lease{0};
+  // From the first keeper's grant (its reply), which later keepers' leases
+  // are cut to end with; none before it.
+  std::optional<std::chrono::steady_clock::time_point> lease_end;
   std::mutex mutex;
   std::vector<Hold> holds;
   std::atomic<bool> released{false};

@@ -38,7 +38,9 @@ constexpr std::chrono::milliseconds kGraceMargin{250};
 }  // namespace
 
 protocol::Body lock_request(const Lock::State& lock, KeeperAsk ask, std::chrono::milliseconds timeout) {
-  const auto lease = std::chrono::ceil<std::chrono::milliseconds>(lock.lease_end - std::chrono::steady_clock::now());
+  const auto lease = lock.lease_end ? std::chrono::ceil<std::chrono::milliseconds>(*lock.lease_end -
+                                                                                  std::chrono::steady_clock::now())
+                                    : lock.lease;
   protocol::Body request{{"name", lock.name},
                          {"offset", lock.offset},
                          {"length", lock.length},
@@ -72,6 +74,12 @@ std::chrono::milliseconds until(Clock::time_point t) {
   return std::chrono::ceil<std::chrono::milliseconds>(t - Clock::now());
 }
 
+void hold_at(Lock::State& lock, Lock::State::Hold& hold, Asked& granted) {
+  hold.connection = std::move(granted.connection);
+  hold.token = granted.token;
+  if (!lock.lease_end) lock.lease_end = Clock::now() + lock.lease;
+}
+
 // Releases what `lock` holds (a round that must start again, or failed).
 void release_holds(Lock::State& lock) {
   for (auto& hold : lock.holds) {
@@ -83,6 +91,7 @@ void release_holds(Lock::State& lock) {
     }
     hold.connection.reset();
   }
+  lock.lease_end.reset();
 }
 
 enum class Round { held, again };
@@ -109,8 +118,7 @@ Round take_at_keepers(ClientCore& core, Lock::State& lock, Clock::time_point dea
     }
     switch (asked.kind) {
       case Asked::granted:
-        hold.connection = std::move(asked.connection);
-        hold.token = asked.token;
+        hold_at(lock, hold, asked);
         break;
       case Asked::grace: {
         in_grace.push_back(&hold);
@@ -135,8 +143,7 @@ Round take_at_keepers(ClientCore& core, Lock::State& lock, Clock::time_point dea
     const auto wait = held ? kRestoreWait : std::max(until(deadline), std::chrono::milliseconds(1));
     auto asked = ask_keeper(core, hold->keeper, lock_request(lock, ask, wait), wait);
     if (asked.kind == Asked::granted) {
-      hold->connection = std::move(asked.connection);
-      hold->token = asked.token;
+      hold_at(lock, *hold, asked);
     } else if (asked.kind == Asked::refused) {
       return Round::again;  // its grace ended meanwhile and someone took it there: queue in order
     }
@@ -158,7 +165,7 @@ Lock ClientCore::lock(std::string_view name_view, const LockOptions& options) {
   state->name = name;
   state->offset = options.offset;
   state->length = options.length;
-  state->lease_end = client::Clock::now() + options.lease;
+  state->lease = options.lease;
   for (const auto& keeper : keepers_of(name)) state->holds.push_back({keeper, nullptr, 0, false});
   try {
     if (state->holds.size() == 1) {  // one server: its grace protects nothing
@@ -166,8 +173,7 @@ Lock ClientCore::lock(std::string_view name_view, const LockOptions& options) {
       auto asked = client::ask_keeper(*this, state->holds[0].keeper,
                                       client::lock_request(*state, client::KeeperAsk::any, wait), wait);
       if (asked.kind != client::Asked::granted) throw Error(Errc::unreachable, "lock " + util::quoted(name) + ": " + asked.why);
-      state->holds[0].connection = std::move(asked.connection);
-      state->holds[0].token = asked.token;
+      client::hold_at(*state, state->holds[0], asked);
       return Lock(std::move(state));
     }
     while (client::take_at_keepers(*this, *state, deadline) == client::Round::again) {

@@ -58,7 +58,7 @@ void LockRestorer::restore_where_lost(Lock::State& lock) {
   std::lock_guard guard(lock.mutex);
   if (lock.released) return;
   const auto now = std::chrono::steady_clock::now();
-  if (now >= lock.lease_end) return;
+  if (!lock.lease_end || now >= *lock.lease_end) return;
   for (auto& hold : lock.holds) {
     if (hold.given_up || (hold.connection && !hold.connection->peer_closed())) continue;
     hold.connection.reset();  // its server closed it: the hold there went with it

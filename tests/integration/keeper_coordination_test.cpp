@@ -122,6 +122,28 @@ TEST_P(KeeperCoordinationTest, ALeaseRunsOutAtTheKeeperLeft) {
   expect_errc(smb::Errc::not_found, [&] { stale.unlock(); }, "unlock after the lease expired");
 }
 
+// The lease runs from the grant at the first keeper, and the next keeper's
+// is cut to end with it: a wait longer than the lease leaves both alive.
+TEST_P(KeeperCoordinationTest, ALeaseRunsFromTheGrantNotFromTheRequest) {
+  const std::string name = "kc-late";
+  auto holder = make_client();
+  auto first = holder.lock(name);
+  auto waiter = make_client();
+  auto waiting = std::async(std::launch::async, [&] {
+    smb::LockOptions late;
+    late.lease = 1s;
+    late.timeout = 30s;
+    return waiter.lock(name, late);
+  });
+  ASSERT_TRUE(waits_reach(holder, [](const smb::ServerWaits& w) { return w.locks >= 1; }));
+  std::this_thread::sleep_for(1500ms);
+  first.unlock();
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+  auto got = waiting.get();
+  std::this_thread::sleep_for(300ms);
+  got.unlock();  // throws not_found where either keeper's hold already ran out
+}
+
 TEST_P(KeeperCoordinationTest, ABarrierWhoseHomeIsLostWhileThePartiesWaitCompletesAtTheNextKeeper) {
   const std::string name = "kc-barrier";
   auto first = make_client();
