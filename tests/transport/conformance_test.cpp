@@ -17,6 +17,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -291,6 +292,58 @@ TEST_P(TransportConformance, OnlyChannelsWithAnAdmittedTicketAreServed) {
     if (served) std::this_thread::sleep_for(50ms);  // verbs drops it from its event loop
   }
   EXPECT_FALSE(served) << "a revoked channel was still served 5 s later";
+}
+
+// What a channel whose ticket was revoked (its session closed) can still do
+// with the key it kept (issue 36, item 7; docs/reliability.md,
+// "Authentication"). Where puts and gets are one-sided -- UCX's rma
+// protocol: shared memory and CMA here, UCX's verbs lanes elsewhere -- they
+// never reach the server's code, and UCX gives the server nothing to cut
+// one endpoint's access with: a remote key has no revocation, and unmapping
+// the memory would cut every client of the pool. So there they still land
+// and still read the server's memory, and this test says so (it fails the
+// day that changes). Everywhere else (UCX's active messages, the tcp
+// transport, native verbs, whose queue pairs are disconnected) the server
+// refuses them.
+TEST_P(TransportConformance, AKeptKeyOutlivesItsRevocationOnlyWhereRmaIsOneSided) {
+  const bool one_sided = channel_->describe().find("data protocol rma") != std::string::npos;
+  revoke(kTicket);
+  // Until a call is refused: the revocation has taken effect (verbs drops
+  // the channel from its event loop a moment later).
+  const std::vector<std::uint8_t> frame{4};
+  Bytes reply;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (bool served = true; served && std::chrono::steady_clock::now() < deadline;) {
+    auto call = expecting();
+    channel_->call(frame, {}, &reply, call);
+    served = wait(call, 5s) && !call->failed();
+    if (served) std::this_thread::sleep_for(50ms);
+  }
+  constexpr int kOps = 200;
+  int landed = 0, read_back = 0;
+  for (int i = 0; i < kOps; ++i) {
+    const std::uint64_t tag = 0x5eed'0000ull + static_cast<std::uint64_t>(i);
+    auto put = expecting();
+    channel_->put(*segment_, 8192, &tag, sizeof tag, put);
+    const bool answered = wait(put, 5s);
+    if (answered && !put->failed() && word(8192) == tag) ++landed;
+    word(8200) = tag + 1;  // the server's own write: a get that works sees it
+    std::uint64_t got = 0;
+    auto get = expecting();
+    channel_->get(*segment_, 8200, &got, sizeof got, get);
+    if (wait(get, 5s) && !get->failed() && got == tag + 1) ++read_back;
+    if (!answered) break;  // neither served nor refused: counted as not served
+  }
+  std::printf("[ measured ] %s: after its ticket was revoked, %d of %d puts landed and %d of %d gets read the "
+              "server's memory\n",
+              channel_->describe().c_str(), landed, kOps, read_back, kOps);
+  if (one_sided) {
+    EXPECT_EQ(landed, kOps) << "UCX's one-sided puts were cut after all: docs/reliability.md can say so";
+    EXPECT_EQ(read_back, kOps);
+  } else {
+    EXPECT_EQ(landed, 0) << "a revoked channel's put reached the server's memory";
+    EXPECT_EQ(read_back, 0) << "a revoked channel's get read the server's memory";
+  }
 }
 
 // A channel presenting a credential's session's ticket: its calls carry its
