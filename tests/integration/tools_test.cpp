@@ -1,6 +1,7 @@
 // The tools as a user runs them: smb-bench writes a verifiable buffer in one
 // process and another smb-bench process verifies it; smbctl status --json
 // reports what each server holds.
+#include "expect_error.hpp"
 #include "fabric.hpp"
 
 #include <smb/client.hpp>
@@ -67,6 +68,15 @@ TEST_P(ToolsTest, BenchReadVerifyFailsOnWrongData) {
   const auto r = run_bench({"--name", "not-the-pattern", "--op", "read", "--size", "1M", "--block", "64K", "--verify"});
   EXPECT_EQ(r.status.code, 1) << "verification must fail with exit 1\n" << r.describe();
   EXPECT_NE(r.err.find("verification"), std::string::npos) << r.err;
+}
+
+// A read of a name nobody wrote (a typo) fails, naming it, and creates nothing.
+TEST_P(ToolsTest, BenchReadOfAMissingNameFailsAndLeavesNoBuffer) {
+  const auto r = run_bench({"--name", "typo", "--op", "read", "--size", "1M", "--verify"});
+  EXPECT_FALSE(r.status.success()) << r.describe();
+  EXPECT_NE(r.err.find("no buffer 'typo' to read"), std::string::npos) << r.describe();
+  auto client = make_client();
+  expect_errc(smb::Errc::not_found, [&] { client.open("typo"); }, "the read left a buffer behind");
 }
 
 TEST_P(ToolsTest, SmbctlStatusJsonShowsPerServerUsedBytes) {

@@ -58,6 +58,20 @@ BenchBuffer::BenchBuffer(Client& client, const Options& options)
     name_ = temporary_name();
     buffer_ = client.create(name_, options.size, buffer_options);
     created_ = true;
+  } else if (options.op == Op::read) {
+    // A read of a name nobody wrote is a mistake (a typo, another server
+    // list): say so, and leave no buffer behind.
+    try {
+      buffer_ = client.open(name_);
+    } catch (const Error& e) {
+      if (e.code() != Errc::not_found) throw;
+      throw Error(Errc::not_found, "no buffer '" + name_ + "' to read (" + e.what() +
+                                       "): write it first (smb-bench --op write --keep --name " + name_ +
+                                       "), or leave --name out to read a buffer of its own");
+    }
+    if (buffer_.size() < options.size)
+      throw Error(Errc::out_of_range, "buffer '" + name_ + "' holds " + std::to_string(buffer_.size()) +
+                                          " bytes, fewer than --size " + std::to_string(options.size));
   } else {
     buffer_ = open_or_create(client, name_, options.size, buffer_options, created_);
     if (buffer_.size() < options.size)
