@@ -185,6 +185,6 @@ int main(int argc, char** argv) {
     return run(args, std::move(options), log);
   } catch (const std::exception& e) {
     std::cerr << "smbd: " << (options.check_only ? options.config_file + ": " : "") << e.what() << std::endl;
-    return options.check_only ? 2 : 1;
+    return 1;
   }
 }

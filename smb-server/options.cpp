@@ -124,8 +124,17 @@ std::optional<int> parse_command_line(const std::vector<std::string>& args, Smbd
   } catch (const CLI::ParseError& e) {
     std::string file;
     if (const auto* config = app.get_config_ptr(); config && config->count() > 0) file = config->as<std::string>();
-    // A file's fault, or the file was what was asked about: say which file.
-    if (!file.empty() && (check_only || dynamic_cast<const CLI::ConfigError*>(&e))) err << file << ": ";
+    // The file was what was asked about: what is wrong with it, exit 1
+    // (not CLI11's code and its --help hint, which are about flags).
+    if (check_only && e.get_exit_code() != 0) {
+      if (file.empty())
+        err << "--check-config: give the config file to check: smbd --check-config FILE\n";
+      else
+        err << file << ": " << e.what() << '\n';
+      return 1;
+    }
+    // A file's fault: say which file.
+    if (!file.empty() && dynamic_cast<const CLI::ConfigError*>(&e)) err << file << ": ";
     return app.exit(e, out, err);
   }
   if (const auto* config = app.get_config_ptr(); config && config->count() > 0)

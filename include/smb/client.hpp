@@ -423,7 +423,7 @@ std::string make_credential(const std::string& secret_file, const std::string& p
 
 /// Parses "64", "4K", "128M", "2G", "1T" (binary units). Throws smb::Error.
 std::uint64_t parse_size(std::string_view text);
-/// Splits "h1:p1,h2:p2".
+/// Splits "h1:p1,h2:p2" (semicolons and white space separate too).
 std::vector<std::string> parse_server_list(std::string_view text);
 
 }  // namespace smb

@@ -71,16 +71,17 @@ std::uint64_t parse_size(std::string_view text) {
   return value << shift;
 }
 
+// Commas separate, as documented; semicolons and white space too, since
+// lists get typed that way (a ';' used to end up inside a host name).
 std::vector<std::string> parse_server_list(std::string_view text) {
+  constexpr std::string_view kSeparators = ",; \t\n";
   std::vector<std::string> out;
   while (!text.empty()) {
-    auto comma = text.find(',');
-    auto item = text.substr(0, comma);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    const auto end = text.find_first_of(kSeparators);
+    const auto item = text.substr(0, end);
     if (!item.empty()) out.push_back(util::parse_host_port(item).str());
-    if (comma == std::string_view::npos) break;
-    text.remove_prefix(comma + 1);
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
   }
   return out;
 }

@@ -108,8 +108,9 @@ TEST_F(SmbdServiceTest, CheckConfigNamesWhatIsWrongAndWhere) {
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const auto file = write("bad" + std::to_string(i) + ".toml", cases[i].text);
     const auto r = check(file);
-    EXPECT_TRUE(r.status.exited && r.status.code != 0) << cases[i].text << r.describe();
+    EXPECT_TRUE(r.status.exited && r.status.code == 1) << cases[i].text << r.describe();
     EXPECT_NE(r.err.find(file), std::string::npos) << "should name the file: " << r.describe();
+    EXPECT_EQ(r.err.find("--help"), std::string::npos) << "a hint about flags, for a file: " << r.describe();
     EXPECT_NE(r.err.find(cases[i].expected), std::string::npos) << cases[i].text << r.describe();
     EXPECT_EQ(r.out.find("valid"), std::string::npos) << r.describe();
   }

@@ -94,6 +94,8 @@ TEST(ParseServerList, SplitsTrimsAndSkipsEmptyItems) {
   EXPECT_EQ(smb::parse_server_list(" a:1 , b:2 ,"), (std::vector<std::string>{"a:1", "b:2"}));
   EXPECT_EQ(smb::parse_server_list("a:1,,b:2"), (std::vector<std::string>{"a:1", "b:2"}));
   EXPECT_TRUE(smb::parse_server_list("").empty());
+  EXPECT_EQ(smb::parse_server_list("a:1;b:2; c:3\td:4 e:5"),
+            (std::vector<std::string>{"a:1", "b:2", "c:3", "d:4", "e:5"}));
 }
 
 TEST(ParseServerList, RejectsABadItem) {
