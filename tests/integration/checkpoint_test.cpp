@@ -281,6 +281,7 @@ TEST_P(CheckpointTest, SmbctlSavesAndLoads) {
   const auto again = run_smbctl({"load", file("cli.ckpt"), "cli-copy"});
   EXPECT_EQ(again.status.code, 1) << again.describe();
   EXPECT_TRUE(mentions(again.err, "already"));
+  EXPECT_TRUE(mentions(again.err, "smbctl rm")) << "says what to do: " << again.describe();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fabrics, CheckpointTest, testing::ValuesIn(all_fabrics()), fabric_name);

@@ -29,7 +29,14 @@ void save_buffer(Client& client, const std::string& name, const std::string& pat
 }
 
 void load_buffer(Client& client, const std::string& path, const std::string& name, bool json) {
-  auto buffer = client.load(path, name);  // verifies the file whole first
+  Buffer buffer;
+  try {
+    buffer = client.load(path, name);  // verifies the file whole first
+  } catch (const Error& e) {
+    if (e.code() != Errc::already_exists) throw;
+    throw Error(e.code(), std::string(e.what()) + ": load it under another name (smbctl load " + path +
+                              " NEW_NAME), or remove that buffer first (smbctl rm NAME)");
+  }
   const auto& layout = buffer.layout();
   if (json) {
     std::cout << nlohmann::json{{"file", path},
