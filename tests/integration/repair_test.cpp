@@ -77,6 +77,26 @@ TEST_P(RepairTest, ARestartedServerGetsItsCopiesBackAndTheBufferSurvivesTheNextL
 // copies too. Checked by losing the third server afterwards, which leaves
 // some stripes only in the rebuilt copies: every acknowledged write and
 // accumulate must be there, for the writer, the repairer and a fresh client.
+// A buffer of one copy that lost its stripes on a restarted server cannot be
+// repaired: smbctl repair says so, and exits as for a degraded fabric.
+TEST_P(RepairTest, ARepairOfEveryBufferNamesALostSingleCopyBuffer) {
+  smb::BufferOptions one;
+  one.stripe_unit = kUnit;  // every server holds stripes of it
+  {
+    auto client = make_client();
+    client.create("single", 3 * kUnit * 4, one);
+  }
+  restart_server(not_home_of("single"));
+  const auto repair = run_smbctl({"repair"});
+  EXPECT_EQ(repair.status.code, 3) << "as for a degraded fabric\n" << repair.describe();
+  EXPECT_TRUE(mentions(repair.out, "buffer 'single': lost")) << repair.describe();
+  EXPECT_TRUE(mentions(repair.out, "no repair can rebuild")) << repair.describe();
+  const auto doc = json_of(run_smbctl({"--json", "repair"}));
+  ASSERT_EQ(doc["buffers"].size(), 1u) << doc.dump();
+  EXPECT_EQ(doc["buffers"][0].value("result", ""), "lost") << doc.dump();
+  EXPECT_TRUE(doc.value("degraded", false)) << doc.dump();
+}
+
 TEST_P(RepairTest, ClientsKeepWritingAndAccumulatingThroughARepair) {
   constexpr std::uint64_t kBlock = 3 * kUnit * 4;
   constexpr std::uint64_t kBlocks = 96;  // 4.5 MiB, so that the copy takes a while

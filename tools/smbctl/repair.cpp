@@ -56,6 +56,26 @@ std::vector<std::string> targets(Client& client, const std::string& name) {
   return names;
 }
 
+// Buffers of one copy whose stripes a restarted server took with it: no
+// repair rebuilds them, and a pass that said nothing of them would read as
+// "all is well".
+std::vector<Outcome> lost_single_copies(Client& client) {
+  std::vector<Outcome> out;
+  for (const auto& layout : client.list()) {
+    if (layout.replicas > 1) continue;
+    const auto state = buffer_state(layout, client.check(layout));
+    if (!state.starts_with("lost")) continue;
+    Outcome o;
+    o.report.name = layout.name;
+    o.result = "lost";
+    o.error = state + "; it has one copy, which no repair can rebuild: smbctl rm " + layout.name +
+              " and load a checkpoint (smbctl load FILE " + layout.name +
+              "), and keep 2 copies of what must outlive a server (--replicas 2)";
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
 double rate_mib(const RepairReport& r) {
   return r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / (1024.0 * 1024.0) : 0.0;
 }
@@ -134,6 +154,8 @@ bool repair_buffers(Client& client, const std::string& name, bool json, const Re
   if (!replacing.spares.empty()) replaced = replace_lost(client, replacing);
   std::vector<Outcome> outcomes;
   for (const auto& n : targets(client, name)) outcomes.push_back(repair_one(client, n));
+  if (name.empty())
+    for (auto& o : lost_single_copies(client)) outcomes.push_back(std::move(o));
   bool degraded = !client.unreachable_servers().empty();
   for (const auto& o : outcomes) degraded = degraded || o.degraded();
   if (json) {
@@ -144,7 +166,7 @@ bool repair_buffers(Client& client, const std::string& name, bool json, const Re
     std::cout << doc.dump(2) << '\n';
   } else {
     if (replaced) std::cout << line(*replaced, client.servers().size()) << '\n';
-    if (outcomes.empty()) std::cout << "no replicated buffers to repair\n";
+    if (outcomes.empty()) std::cout << "no replicated buffers to repair, and none lost\n";
     for (const auto& o : outcomes) std::cout << line(o) << '\n';
     print_unreachable(client.unreachable_servers(), std::cout);
   }
