@@ -51,6 +51,23 @@ protocol::Body lock_request(const Lock::State& lock, KeeperAsk ask, std::chrono:
   return request;
 }
 
+// Releases what `lock` holds at every keeper. A keeper that is gone holds
+// nothing; the first refusal (not_found: the lease ran out) is returned.
+std::optional<Error> release_holds(Lock::State& lock) {
+  std::optional<Error> refused;
+  for (auto& hold : lock.holds) {
+    if (!hold.connection) continue;
+    try {
+      hold.connection->call(MessageType::unlock, {{"name", lock.name}, {"token", hold.token}});
+    } catch (const Error& e) {
+      if (!is_absence(e) && !refused) refused = e;
+    }
+    hold.connection.reset();
+  }
+  lock.lease_end.reset();
+  return refused;
+}
+
 Asked ask_keeper(ClientCore& core, const std::string& keeper, const protocol::Body& request,
                  std::chrono::milliseconds wait) {
   try {
@@ -80,18 +97,8 @@ void hold_at(Lock::State& lock, Lock::State::Hold& hold, Asked& granted) {
   if (!lock.lease_end) lock.lease_end = Clock::now() + lock.lease;
 }
 
-// Releases what `lock` holds (a round that must start again, or failed).
-void release_holds(Lock::State& lock) {
-  for (auto& hold : lock.holds) {
-    if (!hold.connection) continue;
-    try {
-      hold.connection->call(MessageType::unlock, {{"name", lock.name}, {"token", hold.token}});
-    } catch (const Error&) {
-      // gone, or its lease ran out: nothing held there
-    }
-    hold.connection.reset();
-  }
-  lock.lease_end.reset();
+bool held_anywhere(const Lock::State& lock) {
+  return std::any_of(lock.holds.begin(), lock.holds.end(), [](const auto& h) { return h.connection != nullptr; });
 }
 
 enum class Round { held, again };
@@ -130,7 +137,7 @@ Round take_at_keepers(ClientCore& core, Lock::State& lock, Clock::time_point dea
         absent.push_back(hold.keeper + ": " + asked.why);
     }
   }
-  const bool held = std::any_of(lock.holds.begin(), lock.holds.end(), [](const auto& h) { return h.connection; });
+  const bool held = held_anywhere(lock);
   if (!held && in_grace.empty()) {
     std::string why;
     for (const auto& a : absent) why += (why.empty() ? "" : "; ") + a;
@@ -148,7 +155,7 @@ Round take_at_keepers(ClientCore& core, Lock::State& lock, Clock::time_point dea
       return Round::again;  // its grace ended meanwhile and someone took it there: queue in order
     }
   }
-  if (std::none_of(lock.holds.begin(), lock.holds.end(), [](const auto& h) { return h.connection; }))
+  if (!held_anywhere(lock))
     throw Error(Errc::unreachable, "lock " + util::quoted(lock.name) + ": every keeper of the name was lost while it was being taken");
   return Round::held;
 }
@@ -209,25 +216,14 @@ Lock& Lock::operator=(Lock&& other) noexcept {
   return *this;
 }
 
-// Released at every keeper that holds it; a keeper that is gone holds
-// nothing. The first refusal (not_found: the lease ran out) is thrown once
+// Released at every keeper that holds it; the first refusal is thrown once
 // every keeper has been told.
 void Lock::unlock() {
   if (!state_) return;
   auto state = std::move(state_);
   std::lock_guard guard(state->mutex);
   state->released = true;
-  std::optional<Error> refused;
-  for (auto& hold : state->holds) {
-    if (!hold.connection) continue;
-    try {
-      hold.connection->call(protocol::MessageType::unlock, {{"name", state->name}, {"token", hold.token}});
-    } catch (const Error& e) {
-      if (!client::is_absence(e) && !refused) refused = e;
-    }
-    hold.connection.reset();
-  }
-  if (refused) throw *refused;
+  if (auto refused = client::release_holds(*state)) throw *refused;
 }
 
 }  // namespace smb
