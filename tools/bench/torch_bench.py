@@ -3,13 +3,15 @@
 docs/benchmarks.md (a benchmark: never a test). Prints markdown tables and
 writes PNG plots.
 
-    tools/bench/torch_bench.py [--build build/release] [--out docs/img] [--workers 4] [exchange] [accuracy] [synthetic]
+    tools/bench/torch_bench.py [--build build/release] [--out docs/img] [--workers 4] [exchange] [small] [accuracy] [synthetic]
 
   exchange   per-step exchange time of 8 B, 4 KiB, 1, 10 and 100 MB of
              float32: smb.torch's allreduce against
              torch.distributed.all_reduce (gloo), both in the same worker
              processes, ratio gloo/smb; small sizes also against a UCX
              active-message round trip (ucx_perftest)
+  small      the fixed cost of an 8 B and a 4 KiB allreduce: gloo,
+             hvd.allreduce and the engine under it, cold and back to back
   accuracy   time to accuracy on scikit-learn's digits (train_digits.py):
              smb.torch's modes against DDP over gloo, same workers, with
              a plot of test accuracy against wall time
@@ -71,6 +73,66 @@ def smbrun(build, np, command, env=None, servers=2, timeout=1800):
     if done.returncode != 0:
         sys.exit(f"torch_bench: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith(("{", "["))]
+
+
+# The fixed cost of a small allreduce at three layers, in the same processes:
+# gloo's all_reduce, smb.torch's hvd.allreduce, and the engine under it
+# (smb.collective.data on NumPy bytes: no torch calls). "cold": a gloo
+# barrier before every call, so each starts with every rank idle; "b2b":
+# back to back. Median of 300 calls.
+SMALL_WORKER = textwrap.dedent("""
+    import json, time, numpy as np, torch, torch.distributed as dist, smb.torch as hvd
+    from smb.collective import data, process_sets
+    dist.init_process_group("gloo")
+    hvd.init()
+    torch.set_num_threads(1)
+    group = process_sets.group_of(process_sets.global_process_set, "Allreduce")
+    out = {}
+    for nbytes in (8, 4096):
+        t = torch.ones(nbytes // 4)
+        a = np.ones(nbytes // 4, dtype=np.float32)
+        view = data.Tensor(a.view(np.uint8), "float32", a.shape, 4)
+        runs = {"gloo": lambda: dist.all_reduce(t),
+                "smb": lambda: hvd.allreduce(t, op=hvd.Sum, name=f"small{nbytes}"),
+                "engine": lambda: data.allreduce(group, f"engine{nbytes}", view, "sum", 1.0, 1.0)}
+        for mode in ("cold", "b2b"):
+            for name, run in runs.items():
+                times = []
+                dist.barrier()
+                for i in range(301):
+                    if mode == "cold":
+                        dist.barrier()
+                    started = time.perf_counter()
+                    run()
+                    if i:  # the first call creates buffers and connections
+                        times.append(time.perf_counter() - started)
+                out[f"{nbytes} {mode} {name}"] = 1e6 * sorted(times)[len(times) // 2]
+    if hvd.rank() == 0:
+        print(json.dumps(out), flush=True)
+    hvd.shutdown()
+    dist.destroy_process_group()
+""")
+
+
+def small(args):
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(SMALL_WORKER)
+    try:
+        runs = [smbrun(args.build, args.workers, [PYTHON, f.name])[0] for _ in range(args.runs)]
+    finally:
+        os.unlink(f.name)
+    am_rtt_us = ucx_am_round_trip_us()
+    hops = max(1, (args.workers - 1).bit_length())
+    print(f"\n### A small allreduce's fixed cost, {args.workers} workers, us (median of {args.runs} runs)\n")
+    print(f"UCX active-message round trip here: {am_rtt_us:.2f} us; the target (5 x that x log2 ranks): "
+          f"{5 * am_rtt_us * hops:.1f} us.\n" if am_rtt_us else "ucx_perftest did not run.\n")
+    print("| size | calls | gloo all_reduce | hvd.allreduce | engine | gloo / hvd | gloo / engine |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for nbytes in (8, 4096):
+        for mode in ("cold", "b2b"):
+            got = {n: statistics.median(r[f"{nbytes} {mode} {n}"] for r in runs) for n in ("gloo", "smb", "engine")}
+            print(f"| {nbytes} B | {mode} | {got['gloo']:.1f} | {got['smb']:.1f} | {got['engine']:.1f} | "
+                  f"{got['gloo'] / got['smb']:.2f} | {got['gloo'] / got['engine']:.2f} |")
 
 
 def exchange(args):
@@ -195,7 +257,7 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for what in args.what:
-        {"exchange": exchange, "accuracy": accuracy, "synthetic": synthetic}[what](args)
+        {"exchange": exchange, "small": small, "accuracy": accuracy, "synthetic": synthetic}[what](args)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ PYBIND11_MODULE(_core, m) {
   smb::python::register_errors(m);
   smb::python::bind_client_api(m);
   smb::python::bind_engine(m);
+  smb::python::bind_collective(m);
   m.attr("VERSION") = SMB_VERSION_STRING;
   m.attr("TRANSPORTS") = SMB_TRANSPORTS;  // comma separated, as smb/config.h has it
 }

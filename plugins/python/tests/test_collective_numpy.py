@@ -2,12 +2,14 @@
 """smb.collective's framework-neutral collectives on NumPy arrays (the layer
 under smb.tensorflow), run inside every worker of a job (smbrun -np 3):
 exact results for every op and dtype, scaling, async handles, gathers,
-broadcasts, all-to-all, reduce-scatter with uneven rows, objects, process
-sets, join, and errors that every rank raises before the next collective
+broadcasts, all-to-all, reduce-scatter with uneven rows, objects, ranks
+that come late, process sets, join, and errors that every rank raises before the next collective
 works. Exits non-zero on the first failure on any rank."""
 
 import os
+import random
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -80,6 +82,30 @@ def check_errors(r, n):
         assert "Mismatched data types" in str(e), e
 
 
+def check_late_ranks(r, n):
+    """Ranks that come late: the others sleep on the arrival board, and the
+    late rank's arrival wakes them (fabric.py, ctl). Then arrivals in a
+    shuffled order, call after call, every result exact."""
+    c = process_sets.group_of(process_sets.global_process_set, "Allreduce").collective("allreduce.late")
+    before = dict(c.board.counters)
+    if r == n - 1:
+        time.sleep(0.3)
+    got = hvd.allreduce(np.full(2, float(r)), op="sum", name="late")
+    np.testing.assert_array_equal(got, np.full(2, float(sum(range(n)))))
+    after = c.board.counters
+    if r == n - 1:  # every other rank slept by then: its arrival found them asleep
+        assert after["wakeups_sent"] > before["wakeups_sent"], (before, after)
+    else:
+        assert after["sleeps"] > before["sleeps"], (before, after)
+    rng = random.Random(1234)  # the same delays on every rank: each call has its own late rank
+    for k in range(60):
+        late, pause = rng.randrange(n), rng.choice((0.0, 0.0001, 0.002, 0.02))
+        if r == late:
+            time.sleep(pause)
+        got = hvd.allreduce(np.full(3, float(r + k), np.float32), op="sum", name="shuffled")
+        np.testing.assert_array_equal(got, np.full(3, float(sum(range(n)) + n * k), np.float32), err_msg=str(k))
+
+
 def check_process_sets(r, n):
     os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
     evens = process_sets.add_process_set([k for k in range(n) if k % 2 == 0])
@@ -110,7 +136,8 @@ def check_join(r, n):
 def main():
     basics.init()
     r, n = basics.rank(), basics.size()
-    for check in (check_reductions, check_async, check_moves, check_errors, check_process_sets, check_join):
+    for check in (check_reductions, check_async, check_moves, check_errors, check_late_ranks, check_process_sets,
+                  check_join):
         try:
             check(r, n)
         except Exception:  # noqa: BLE001 - every failure ends the job at once

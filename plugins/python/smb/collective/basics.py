@@ -136,23 +136,23 @@ class State:
         return fabric.buffer_name(self.job, "alive", rank)
 
     def wait_version(self, buf, target, what, between=None):
-        """Waits for `buf`'s version to reach `target`: notified, in slices
-        that grow to the liveness interval; between slices it watches the
-        elastic membership (a wait whose target was reached before a member
-        left still completes), calls `between()` (the caller's own checks),
-        and gives up after SMB_TORCH_OP_TIMEOUT."""
+        """Waits for `buf`'s version to reach `target` (wait_until())."""
+        self.wait_until(lambda s: fabric._version_within(buf, target, s), what, between)
+
+    def wait_until(self, done_within, what, between=None):
+        """Waits until done_within(slice_s) says done (it waits up to slice_s
+        seconds itself), in slices that grow to the liveness interval;
+        between slices it watches the elastic membership (a wait that is
+        done when a member left still completes), calls `between()` (the
+        caller's own checks), and gives up after SMB_TORCH_OP_TIMEOUT."""
         deadline = time.monotonic() + self.op_timeout
         slice_s = 0.005
-        while True:
-            try:
-                buf.wait_version(target, timeout=slice_s)
-                return
-            except smb.Timeout:
-                slice_s = min(2 * slice_s, 1.0, self.stalls.liveness)
+        while not done_within(slice_s):
+            slice_s = min(2 * slice_s, 1.0, self.stalls.liveness)
             try:
                 self.watch(what)
             except elastic.WorkerLeft:
-                if buf.version() >= target:
+                if done_within(0.0):
                     return
                 raise
             if between is not None:

@@ -17,7 +17,6 @@ warnings and errors.
 
 import math
 import os
-import struct
 
 import numpy as np
 
@@ -141,6 +140,7 @@ def _reduce_into(c, dt, entry, t, red, first=0, rows=None, out=None):
 # ufuncs, for the types NumPy has (not bfloat16: that one goes to the servers).
 _LOCAL_REDUCE = {"sum": np.add, "average": np.add, "min": np.minimum, "max": np.maximum, "product": np.multiply}
 _NUMPY_TYPES = {"float32", "float64", "float16", "uint8", "int8", "int16", "int32", "int64"}
+_CXX_TYPES = _NUMPY_TYPES - {"float16"}  # reduced by smb._core.ArrivalBoard
 
 
 def _fits_slot(group, t):
@@ -203,15 +203,33 @@ def _reduce_by_ranks(c, entry, t, red, out=None):
         shard = _reduce_in_order(red, parts.view(t.dtype))
         with phase("WRITE"):
             buf.write(result + lo, shard.view(np.uint8))
-    c.ctl.apply("accumulate", "i64", 0, x=struct.pack("<q", 1))
+    c.board.mark(1, c.generation)  # this rank's shard is in
     with phase("WAIT"):
-        c.wait_data(c.ctl, c.expected_version + w, list(range(w)))
-    c.expected_version += w
+        c.wait_done(list(range(w)))
     if out is None:
         out = np.empty(nbytes, dtype=np.uint8)
     with phase("READ"):
         buf.read(result, out)
     return out
+
+
+def _allreduce_inline(c, t, red, prescale, postscale, out):
+    """A small tensor's allreduce: its bytes travel in the arrival slots, and
+    each rank reduces them (in C++ where the dtype allows, else NumPy)."""
+    key_of = (t.dtype, t.shape, t.device, red, prescale, postscale)
+    the_meta = meta("allreduce", t, red=red, pre=prescale, post=postscale)
+    if t.dtype in _CXX_TYPES and t.numel:
+        if out is None:
+            out = np.empty(t.data.nbytes, dtype=np.uint8)
+        if c.allreduce_inline(key_of, the_meta, t.data, fabric.REDUCIBLE[t.dtype], red, out):
+            return out, bool(c.joined)
+    else:
+        c.arrive_keyed(key_of, the_meta, t.data)
+    # Some rank's metadata differs (check() names it), or NumPy reduces this dtype.
+    check("allreduce", c._read_slots(c.generation), c.joined)
+    if t.numel == 0:
+        return np.empty(0, dtype=np.uint8), bool(c.joined)
+    return _into(out, _reduce_inline(c, t, red)), bool(c.joined)
 
 
 def _into(out, result):
@@ -230,11 +248,7 @@ def allreduce(group, name, t, red, prescale, postscale, out=None):
     applies that for min, max and product)."""
     c = group.collective(name)
     if _inline(group, t):
-        slots = c.arrive(meta("allreduce", t, red=red, pre=prescale, post=postscale), payload=t.data)
-        check("allreduce", slots, c.joined)
-        if t.numel == 0:
-            return np.empty(0, dtype=np.uint8), bool(c.joined)
-        return _into(out, _reduce_inline(c, t, red)), bool(c.joined)
+        return _allreduce_inline(c, t, red, prescale, postscale, out)
     dt, entry = _reduction(c, t)
     by_ranks = _by_ranks(t)
     if by_ranks:  # others read it as soon as they see this rank arrive

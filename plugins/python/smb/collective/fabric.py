@@ -4,23 +4,26 @@ Every collective is matched across ranks by its name (Horovod's rule):
 the k-th use of a name on one rank meets the k-th use on every other rank
 of the process set. For each (process set, name) the fabric holds:
 
-  ctl    a small buffer: 8 spare bytes, then one slot per rank (the op,
-         dtype, shape, root, splits... as JSON, then up to inline_bytes of
-         the tensor itself), twice: generations alternate between the two
-         sets of slots, so a rank that has moved on never overwrites what a
-         slower one still reads. A rank arrives with one server-side op: a
-         "copy" of its slot from the op's own payload. The servers advance
-         the buffer's version with every op, so waiting for all ranks is
-         one notified wait_version (no polling). Then each rank reads every
-         slot and checks them: a mismatch (shape, dtype, op, root) is found
-         identically on every rank, so every rank raises the same error and
-         the next collective starts clean.
+  ctl    a small buffer per name: the arrival board (smb._core.ArrivalBoard,
+         plugins/collective/arrival_board.hpp has the layout), then one
+         slot per rank (the op, dtype, shape, root, splits... as JSON, and
+         up to inline_bytes of the tensor itself), twice: generations
+         alternate between the two sets of slots, so a rank that has moved
+         on never overwrites what a slower one still reads. A rank arrives
+         by writing its slot, then its arrival word, one-sided, and waits
+         by reading the others' arrival words: over shared memory or RDMA
+         no server CPU takes part. A rank that waited longer than
+         SMB_TORCH_SPIN_US sleeps on the ctl's version, and the arrival
+         that finds it asleep wakes it with one server op. Then each rank
+         reads every slot and checks them: a mismatch (shape, dtype, op,
+         root) is found identically on every rank, so every rank raises the
+         same error and the next collective starts clean.
   inline A small tensor travels in the slot itself, so its collective is
-         three steps (arrive, wait, read the slots) and the reduction runs
-         on each rank, over the same bytes in the same order, so that every
-         rank gets the same result bit for bit. This is the fixed cost of a
-         collective: for an 8-byte allreduce, one op, one notified wait and
-         one read, where the data path below takes eight such steps.
+         two steps (arrive, read the slots) and the reduction runs on each
+         rank, in C++, over the same bytes in the same order, so that every
+         rank gets the same result bit for bit. Each slot carries a 64-bit
+         key of its metadata: the metadata is read and compared only where
+         the keys differ. This is the fixed cost of a collective.
   data   per op kind, for tensors too large to travel inline. A reduction
          uses a buffer of two result regions and one input region per
          rank, striped so that each region spreads over every server: a
@@ -55,6 +58,7 @@ import threading
 import time
 
 import smb
+from smb import _core
 
 from . import timeline
 
@@ -65,6 +69,13 @@ REDUCIBLE = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "
              "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64"}
 _SERVER_OP = {"sum": "accumulate", "min": "min", "max": "max", "product": "product"}
 _NAME_OK = re.compile(r"[^A-Za-z0-9._:/@+\-_]")
+
+
+# How long a rank polls the arrival words before it sleeps on the version:
+# long enough for ranks that each have a core, short enough to leave the
+# CPU to the others where ranks outnumber cores.
+_SPIN_S = float(os.environ.get("SMB_TORCH_SPIN_US", "50")) / 1e6
+_FIRST_SLICE_S = 0.005  # short at first, so that a join is noticed quickly
 
 
 class HorovodInternalError(RuntimeError):
@@ -179,15 +190,16 @@ class Collective:
         self.group = group
         self.name = name
         self.generation = 0        # uses of this name so far (the same on every rank)
-        self.expected_version = 0  # the ctl's version after them: one arrival, one server op
         rt = group.runtime
         base = buffer_name(group.namespace, name)
         self.base = base
         servers = rt.servers
         home = int(hashlib.blake2s(base.encode(), digest_size=4).hexdigest(), 16) % len(servers)
-        size = 8 + 2 * group.size * group.slot_bytes
+        size = _core.ArrivalBoard.slots_at(group.size) + 2 * group.size * group.slot_bytes
         self.ctl = rt.open_or_create(base + "/ctl", size, stripe_unit=_round_up(size, 64),
                                      servers=[servers[home]])
+        self.board = _core.ArrivalBoard(self.ctl._b, group.size, group.index, group.slot_bytes, _SPIN_S)
+        self._keys = {}       # metadata (as a tuple) -> (its 64-bit key, its JSON): built once
         self.joined = set()   # set indices of ranks that joined (join()) at this generation
         self.payloads = []    # each rank's inline payload at this generation (arrive())
         self._reductions = {}  # (dtype, bytes) -> Reduction
@@ -202,44 +214,86 @@ class Collective:
         of the set has (or has joined, see joining.py), and returns all
         ranks' metadata; self.payloads then holds each rank's payload and
         self.joined the set indices of the ranks that joined instead."""
-        g = self.generation = self.generation + 1
-        meta = dict(meta, g=g)
         blob = json.dumps(meta, separators=(",", ":")).encode()
-        slot = struct.pack("<Q", len(blob)) + blob + (bytes(payload) if payload is not None else b"")
-        if len(slot) > self.group.slot_bytes:
-            raise CollectiveError(f"{self.name}: metadata of {len(blob)} bytes and {len(slot) - 8 - len(blob)} "
-                                  f"of tensor do not fit its slot of {self.group.slot_bytes}")
-        with timeline.phase("NEGOTIATE_" + str(meta.get("op", "")).upper()):
-            # One op both writes the slot and counts the arrival (the version).
-            self.ctl.apply("copy", "u8", self._slot_offset(g, self.group.index), x=slot)
-            arrived = self._wait_for_everyone(g)
-        self.expected_version += arrived
-        return self._read_slots(g)
+        self._arrive(meta.get("op", ""), 0, blob, payload)
+        return self._read_slots(self.generation)
 
-    def _wait_for_everyone(self, g):
-        """Returns how many ranks arrived (all but the joined ones)."""
+    def _keyed(self, key_of, meta):
+        """(key, JSON) of metadata that repeats call after call (an allreduce
+        of one tensor), built once per `key_of` (hashable, names `meta`)."""
+        entry = self._keys.get(key_of)
+        if entry is None:
+            blob = json.dumps(meta, separators=(",", ":")).encode()
+            key = int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "little") | 1
+            entry = self._keys[key_of] = (key, blob)
+        return entry
+
+    def arrive_keyed(self, key_of, meta, payload):
+        """arrive() with the metadata's key (_keyed()); returns the key, and
+        reads no slots: reduce_inline() reads the payloads where the keys agree."""
+        key, blob = self._keyed(key_of, meta)
+        self._arrive(meta["op"], key, blob, payload)
+        return key
+
+    def allreduce_inline(self, key_of, meta, payload, dtype, red, out):
+        """A small allreduce whose reduction C++ does (ArrivalBoard.reducible),
+        start to end: True when `out` holds the result, False when some
+        rank's metadata differs (read the slots, check() names it). Where a
+        rank is late it waits as arrive() does, joins and stalls included."""
+        key, blob = self._keyed(key_of, meta)
+        g = self.generation = self.generation + 1
+        self.joined = set()
+        if timeline.recording():
+            with timeline.phase("NEGOTIATE_ALLREDUCE"):
+                outcome = self.board.allreduce(g, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
+        else:
+            outcome = self.board.allreduce(g, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
+        if outcome == _core.ArrivalBoard.WAITING:
+            with timeline.phase("NEGOTIATE_ALLREDUCE"):
+                self._wait_for_everyone(g, first=False)
+            return self.reduce_inline(key, dtype, red, out)
+        return outcome == _core.ArrivalBoard.REDUCED
+
+    def _arrive(self, op, key, blob, payload):
+        nbytes = 0 if payload is None else len(memoryview(payload).cast("B"))
+        if 24 + _round_up(nbytes, 8) + len(blob) > self.group.slot_bytes:
+            raise CollectiveError(f"{self.name}: metadata of {len(blob)} bytes and {nbytes} of tensor do not fit "
+                                  f"its slot of {self.group.slot_bytes}")
+        g = self.generation = self.generation + 1
+        with timeline.phase("NEGOTIATE_" + str(op).upper()):
+            self.board.post(g, key, payload, blob)
+            self._wait_for_everyone(g)
+
+    def reduce_inline(self, key, dtype, red, out):
+        """After arrive_keyed(): the reduction of the live ranks' payloads into
+        `out` (uint8), in set order on every rank. False where some slot's
+        key differs (read the slots then, and name the mismatch)."""
+        return self.board.reduce(self.generation, key, dtype, red, out, sorted(self.joined))
+
+    def _wait_for_everyone(self, g, first=True):
+        """Returns once every rank of the set arrived at g, or joined instead
+        (then in self.joined). first=False: the first short wait is over."""
+        self.joined = set()
+        if first and self.board.wait(0, g, [], _FIRST_SLICE_S):
+            return
         rt = self.group.runtime
         stalls = rt.stalls
-        target = self.expected_version + self.group.size
         rt.raise_if_dead(self.name, self.group.ranks)
         started = time.monotonic()
         next_report = started + stalls.check
-        slice_s = 0.005  # short at first, so that a join is noticed quickly
+        slice_s = _FIRST_SLICE_S
         while True:
-            try:
-                self.ctl.wait_version(target, timeout=slice_s)
-                self.joined = set()
-                return self.group.size
-            except smb.Timeout:
-                slice_s = min(2 * slice_s, stalls.liveness)
+            slice_s = min(2 * slice_s, stalls.liveness)
             rt.watch(self.name)
             joined = self._joined_instead(g)
             if joined:
                 missing = self._missing(g, joined)
                 if not missing:
                     self.joined = joined
-                    return self.group.size - len(joined)
+                    return
             elif time.monotonic() - started < stalls.liveness:
+                if self.board.wait(0, g, [], slice_s):
+                    return
                 continue
             else:
                 missing = self._missing(g)
@@ -252,6 +306,9 @@ class Collective:
                 self._give_up(g)
                 raise RankGone(f"collective '{self.name}' stalled for {int(now - started)} s waiting for rank(s) "
                                f"{missing} (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)")
+            if self.board.wait(0, g, sorted(joined), slice_s):
+                self.joined = joined
+                return
 
     def _joined_instead(self, g):
         """Set indices of the ranks that joined without arriving at g. A rank
@@ -260,19 +317,30 @@ class Collective:
         joined = self.group.runtime.joined_indices(self.group)
         if not joined:
             return joined
-        slots = self._slots(g)
-        return {i for i in joined if not (slots[i] and slots[i].get("g", 0) >= g)}
+        reached = self.board.reached(0, g)
+        return {i for i in joined if reached[i] < g}
 
     def _give_up(self, g):
         """Marks this rank's slot of generation g as abandoned, so that a rank
         arriving late does not wait in the data phase for this one."""
-        blob = json.dumps({"g": g, "aborted": True}, separators=(",", ":")).encode()
-        self.ctl.write(self._slot_offset(g, self.group.index), struct.pack("<Q", len(blob)) + blob)
+        self.board.write_slot(g, 0, None, json.dumps({"aborted": True}, separators=(",", ":")).encode())
 
     def wait_data(self, buf, target, participants):
-        """A wait of the data phase (after everyone arrived): notified, and
-        between slices it checks that no participant died or gave up on this
-        generation, so that neither turns into a hang."""
+        """A wait of the data phase (after everyone arrived) for `buf`'s
+        version: notified, and between slices it checks that no participant
+        died or gave up on this generation, so that neither turns into a hang."""
+        self.group.runtime.wait_until(lambda s: _version_within(buf, target, s), f"collective '{self.name}'",
+                                      between=self._data_check(participants))
+
+    def wait_done(self, participants):
+        """A wait of the data phase for every participant's mark() in row 1
+        (a reduction by the ranks), with wait_data()'s checks."""
+        g = self.generation
+        skip = [i for i in range(self.group.size) if i not in participants]
+        self.group.runtime.wait_until(lambda s: self.board.wait(1, g, skip, s), f"collective '{self.name}'",
+                                      between=self._data_check(participants))
+
+    def _data_check(self, participants):
         rt = self.group.runtime
         ranks = [self.group.ranks[i] for i in participants]
         next_probe = [time.monotonic() + rt.stalls.liveness]
@@ -285,43 +353,37 @@ class Collective:
             if time.monotonic() >= next_probe[0]:
                 rt.raise_if_dead(self.name, ranks, probe=True)
                 next_probe[0] = time.monotonic() + rt.stalls.liveness
-        rt.wait_version(buf, target, f"collective '{self.name}'", between=check)
+        return check
 
     def resync(self):
         """After a join: every rank is quiescent (between two barriers), and
-        some sat out uses of this name. Take the name's generation and
-        arrival count from the fabric, and read reduction versions afresh."""
-        slots = [s for parity in (0, 1) for s in self._slots(parity)]
-        self.generation = max([s.get("g", 0) for s in slots if s] + [0])
-        self.expected_version = self.ctl.version()
+        some sat out uses of this name. Take the name's generation from the
+        arrival words, and read reduction versions afresh."""
+        self.generation = max(self.board.reached(0, 0) + self.board.reached(0, 1) + [0])
         for entry in self._reductions.values():
             entry.expected = None
 
-    def _slot_offset(self, g, index):
-        return 8 + ((g % 2) * self.group.size + index) * self.group.slot_bytes
-
     def _slots(self, g, payloads=None):
-        """Every rank's slot of generation g (None where empty); with a list
-        `payloads`, also what follows each slot's metadata (views of one
-        read, no copies)."""
+        """Every rank's slot of generation g (its metadata with "g" added;
+        None where never written); with a list `payloads`, also each slot's
+        payload (views of one read, no copies)."""
         slot_bytes = self.group.slot_bytes
-        raw = memoryview(self.ctl.read(self._slot_offset(g, 0), size=self.group.size * slot_bytes))
+        raw = memoryview(self.ctl.read(self.board.slot_offset(g, 0), size=self.group.size * slot_bytes))
         out = []
         for i in range(self.group.size):
             at = i * slot_bytes
-            (length,) = struct.unpack_from("<Q", raw, at)
-            if length == 0 or length > slot_bytes - 8:
+            generation, _key, meta_len, payload_len = struct.unpack_from("<QQII", raw, at)
+            meta_at = at + 24 + _round_up(payload_len, 8)
+            if generation == 0 or meta_at + meta_len > at + slot_bytes:
                 out.append(None)
             else:
-                out.append(json.loads(bytes(raw[at + 8:at + 8 + length])))
+                out.append(dict(json.loads(bytes(raw[meta_at:meta_at + meta_len])), g=generation))
             if payloads is not None:
-                payloads.append(raw[at + 8 + length:at + slot_bytes] if out[-1] is not None else None)
+                payloads.append(raw[at + 24:at + 24 + payload_len] if out[-1] is not None else None)
         return out
 
     def _missing(self, g, joined=()):
-        slots = self._slots(g)
-        return [self.group.ranks[i] for i, s in enumerate(slots)
-                if i not in joined and (s is None or s.get("g", 0) < g)]
+        return [self.group.ranks[i] for i, r in enumerate(self.board.reached(0, g)) if i not in joined and r < g]
 
     def _read_slots(self, g):
         self.payloads = []
@@ -332,6 +394,9 @@ class Collective:
             if s is None or s.get("g") != g:
                 raise CollectiveError(f"collective '{self.name}': rank {self.group.ranks[i]} is at another use of "
                                       f"this name (generation {None if s is None else s.get('g')}, expected {g})")
+            if s.get("aborted"):
+                raise CollectiveError(f"collective '{self.name}': rank {self.group.ranks[i]} gave up on it "
+                                      "(stall shutdown)")
         return slots
 
     # ------------------------------------------------------------- data
@@ -380,6 +445,17 @@ class Collective:
         if buf is None:
             buf = self._peer_parts[name] = self.group.runtime.client.open(name)
         return buf
+
+
+def _version_within(buf, target, slice_s):
+    """Whether `buf` reached version `target` within slice_s seconds."""
+    if slice_s <= 0:
+        return buf.version() >= target
+    try:
+        buf.wait_version(target, timeout=slice_s)
+        return True
+    except smb.Timeout:
+        return False
 
 
 class Reduction:

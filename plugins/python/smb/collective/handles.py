@@ -69,8 +69,9 @@ def full_name(prefix, name, handle):
     return f"{prefix}.{name}" if name else f"{prefix}.noname.{handle}"
 
 
-def submit(handle, process_set, op_label, prefix, name, work, finish=lambda r: r):
-    """Starts work(group, full_name) in the background; returns `handle`."""
+def _reserve(process_set, op_label, prefix, name, handle):
+    """(group, full name, key) of a collective about to start, its name
+    reserved on this rank (ValueError where it is outstanding already)."""
     basics.state()  # raises before init
     group = group_of(process_set, op_label)
     full = full_name(prefix, name, handle)
@@ -79,6 +80,12 @@ def submit(handle, process_set, op_label, prefix, name, work, finish=lambda r: r
         if key in _reserved:
             raise ValueError(_DUPLICATE)
         _reserved.add(key)
+    return group, full, key
+
+
+def submit(handle, process_set, op_label, prefix, name, work, finish=lambda r: r):
+    """Starts work(group, full_name) in the background; returns `handle`."""
+    group, full, key = _reserve(process_set, op_label, prefix, name, handle)
     record = timeline.begin(full, prefix.upper())
 
     def run():
@@ -98,6 +105,29 @@ def submit(handle, process_set, op_label, prefix, name, work, finish=lambda r: r
         future = _executor.submit(run)
     _handles[handle] = _Pending(future, key, finish)
     return handle
+
+
+def run_now(process_set, op_label, prefix, name, work):
+    """A synchronous collective with none of a handle's machinery (no
+    Future, no registry): its name reserved while it runs, its timeline
+    record, its errors as synchronize() raises them; returns work(group,
+    full_name). What submit() then synchronize() in this thread amount to."""
+    # A handle number all the same: unnamed collectives are named by it.
+    group, full, key = _reserve(process_set, op_label, prefix, name, next_handle())
+    record = timeline.begin(full, prefix.upper())
+    try:
+        with timeline.running(record):
+            try:
+                return work(group, full)
+            finally:
+                timeline.end(record)
+    except (HorovodInternalError, ValueError, TypeError, NotImplementedError):
+        raise
+    except Exception as e:  # smb.Error and the like: the collective failed
+        raise HorovodInternalError(str(e)) from e
+    finally:
+        with _lock:
+            _reserved.discard(key)
 
 
 def run_here(start):

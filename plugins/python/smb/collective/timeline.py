@@ -104,6 +104,11 @@ class Record:
         self.kind = kind
 
 
+def recording():
+    """Whether a timeline is being written (a hot path can skip its phases)."""
+    return _writer is not None
+
+
 def begin(name, kind):
     """A collective was submitted: its QUEUE span starts."""
     if _writer is None:

@@ -14,7 +14,7 @@ import torch
 
 from smb.collective import basics, handles, joining, timeline
 from smb.collective.fabric import REDUCIBLE, HorovodInternalError
-from smb.collective.handles import next_handle, poll, run_here, submit, synchronize
+from smb.collective.handles import next_handle, poll, run_here, run_now, submit, synchronize
 from smb.collective.process_sets import global_process_set, group_of
 
 from . import collectives
@@ -80,18 +80,18 @@ def _flat_span(tensors):
     return first.detach().as_strided((sum(t.numel() for t in tensors),), (1,), first.storage_offset())
 
 
-def _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_factor, process_set, in_place):
-    handle = next_handle()
+def _allreduce_work(tensor, average, op, prescale_factor, postscale_factor, in_place):
+    """work(group, full_name) of an allreduce of `tensor`, its arguments checked."""
     op = _reduce_op(op, average)
-    _check_reducible(tensor, op, process_set)
+    _check_reducible(tensor, op, None)
     ready = collectives.ready_event(tensor)
+    args = (_RED[op], float(prescale_factor), float(postscale_factor))
 
     def work(group, full):
         with collectives.side_stream(tensor.device, ready):
             return reduce(group, full)
 
     def reduce(group, full):
-        args = (_RED[op], float(prescale_factor), float(postscale_factor))
         if in_place and _readable_into(tensor):
             collectives.allreduce_(group, full, tensor.data, *args)
             return tensor
@@ -105,7 +105,19 @@ def _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_fact
         tensor.data.copy_(result)
         return tensor
 
+    return work
+
+
+def _allreduce_submit(tensor, average, name, op, prescale_factor, postscale_factor, process_set, in_place):
+    handle = next_handle()
+    work = _allreduce_work(tensor, average, op, prescale_factor, postscale_factor, in_place)
     return submit(handle, process_set, "Allreduce", "allreduce", name, work)
+
+
+def _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor, process_set, in_place):
+    """The synchronous allreduce in this thread, without a handle (run_now)."""
+    work = _allreduce_work(tensor, average, op, prescale_factor, postscale_factor, in_place)
+    return run_now(process_set, "Allreduce", "allreduce", name, work)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -141,14 +153,17 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """A new tensor: the reduction (default: average) of `tensor` over the set."""
     compression = from_name(compression)
     compressed, ctx = compression.compress(tensor)
-    summed = _Allreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor, process_set)
+    if compressed.requires_grad and torch.is_grad_enabled():
+        summed = _Allreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor, process_set)
+    else:  # no graph to record: the autograd Function's cost is all it would add
+        summed = _allreduce_now(compressed, average, name, op, prescale_factor, postscale_factor, process_set, False)
     return compression.decompress(summed, ctx)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In place; returns `tensor`."""
-    return run_here(lambda: allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+    return _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor, process_set, True)
 
 
 def _grouped_work(tensors, op, pre, post, in_place):

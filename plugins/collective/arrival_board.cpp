@@ -1,0 +1,271 @@
+#include "arrival_board.hpp"
+
+#include <smb/error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace smb::python {
+namespace {
+
+constexpr std::uint32_t kRows = 2;
+
+void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+std::span<const std::byte> word_bytes(const std::uint64_t& word) { return std::as_bytes(std::span(&word, 1)); }
+
+bool skipped(const std::vector<std::uint32_t>& skip, std::uint32_t rank) {
+  return std::find(skip.begin(), skip.end(), rank) != skip.end();
+}
+
+enum class Reduce { add, product, min, max };
+
+Reduce reduce_named(const std::string& op) {
+  if (op == "sum" || op == "average") return Reduce::add;  // the caller scales an average
+  if (op == "product") return Reduce::product;
+  if (op == "min") return Reduce::min;
+  if (op == "max") return Reduce::max;
+  throw Error(Errc::invalid_argument, "arrival board: unknown reduction '" + op + "'");
+}
+
+// NumPy's ufuncs, element by element: integers wrap (computed unsigned), a
+// NaN wins min and max.
+template <typename T, Reduce R>
+void combine_into(std::span<std::byte> out, const std::byte* x) {
+  using U = std::make_unsigned_t<std::conditional_t<std::is_integral_v<T>, T, int>>;
+  const std::size_t n = out.size() / sizeof(T);
+  for (std::size_t i = 0; i < n; ++i) {
+    T a, b;
+    std::memcpy(&a, out.data() + i * sizeof(T), sizeof(T));
+    std::memcpy(&b, x + i * sizeof(T), sizeof(T));
+    if constexpr (R == Reduce::add || R == Reduce::product) {
+      if constexpr (std::is_integral_v<T>)
+        a = static_cast<T>(R == Reduce::add ? static_cast<U>(static_cast<U>(a) + static_cast<U>(b))
+                                            : static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+      else
+        a = R == Reduce::add ? a + b : a * b;
+    } else {
+      bool nan_b = false;
+      if constexpr (std::is_floating_point_v<T>) nan_b = !std::isnan(a) && std::isnan(b);
+      if (nan_b || (R == Reduce::min ? b < a : a < b)) a = b;
+    }
+    std::memcpy(out.data() + i * sizeof(T), &a, sizeof(T));
+  }
+}
+
+template <typename T>
+void combine_into(Reduce op, std::span<std::byte> out, const std::byte* x) {
+  switch (op) {
+    case Reduce::add: return combine_into<T, Reduce::add>(out, x);
+    case Reduce::product: return combine_into<T, Reduce::product>(out, x);
+    case Reduce::min: return combine_into<T, Reduce::min>(out, x);
+    case Reduce::max: return combine_into<T, Reduce::max>(out, x);
+  }
+}
+
+void combine_into(DType type, Reduce op, std::span<std::byte> out, const std::byte* x) {
+  switch (type) {
+    case DType::f32: return combine_into<float>(op, out, x);
+    case DType::f64: return combine_into<double>(op, out, x);
+    case DType::u8: return combine_into<std::uint8_t>(op, out, x);
+    case DType::i8: return combine_into<std::int8_t>(op, out, x);
+    case DType::i16: return combine_into<std::int16_t>(op, out, x);
+    case DType::i32: return combine_into<std::int32_t>(op, out, x);
+    case DType::i64: return combine_into<std::int64_t>(op, out, x);
+    default: throw Error(Errc::invalid_argument, "arrival board: no reduction of this dtype on the ranks");
+  }
+}
+
+std::uint64_t padded(std::uint64_t n) { return (n + 7) / 8 * 8; }
+
+}  // namespace
+
+ArrivalBoard::ArrivalBoard(Buffer& buffer, std::uint32_t size, std::uint32_t index, std::uint64_t slot_bytes,
+                           std::chrono::microseconds spin)
+    : buffer_(buffer), size_(size), index_(index), slot_bytes_(slot_bytes), spin_(spin), words_(size) {
+  if (size == 0 || index >= size) throw Error(Errc::invalid_argument, "arrival board: rank outside its set");
+  if (slot_bytes < kSlotHeader) throw Error(Errc::invalid_argument, "arrival board: slots too small");
+  if (buffer.size() < slots_at(size) + 2 * size * slot_bytes)
+    throw Error(Errc::invalid_argument, "arrival board: buffer '" + buffer.name() + "' too small for " +
+                                            std::to_string(size) + " slots of " + std::to_string(slot_bytes));
+}
+
+std::uint64_t ArrivalBoard::slots_at(std::uint32_t size) { return kArrivalsAt + padded(kRows * 2 * 8 * size); }
+
+std::uint64_t ArrivalBoard::slot_offset(std::uint64_t generation, std::uint32_t rank) const {
+  return slots_at(size_) + ((generation % 2) * size_ + rank) * slot_bytes_;
+}
+
+std::uint64_t ArrivalBoard::arrival_offset(std::uint32_t row, std::uint64_t generation, std::uint32_t rank) const {
+  return kArrivalsAt + 8 * ((row * 2 + generation % 2) * size_ + rank);
+}
+
+std::uint64_t ArrivalBoard::sleeper_offset(std::uint32_t row, std::uint64_t generation) const {
+  return kSleepersAt + 8 * (row * 2 + generation % 2);
+}
+
+void ArrivalBoard::write_slot(std::uint64_t generation, std::uint64_t key, std::span<const std::byte> payload,
+                              std::span<const std::byte> meta) {
+  const std::uint64_t bytes = kSlotHeader + padded(payload.size()) + meta.size();
+  if (bytes > slot_bytes_)
+    throw Error(Errc::invalid_argument, "collective slot: " + std::to_string(meta.size()) + " bytes of metadata and " +
+                                            std::to_string(payload.size()) + " of tensor do not fit its " +
+                                            std::to_string(slot_bytes_));
+  slot_.assign(bytes, std::byte{0});
+  const auto meta_bytes = static_cast<std::uint32_t>(meta.size());
+  const auto payload_bytes = static_cast<std::uint32_t>(payload.size());
+  std::memcpy(slot_.data(), &generation, 8);
+  std::memcpy(slot_.data() + 8, &key, 8);
+  std::memcpy(slot_.data() + 16, &meta_bytes, 4);
+  std::memcpy(slot_.data() + 20, &payload_bytes, 4);
+  if (!payload.empty()) std::memcpy(slot_.data() + kSlotHeader, payload.data(), payload.size());
+  if (!meta.empty()) std::memcpy(slot_.data() + kSlotHeader + padded(payload.size()), meta.data(), meta.size());
+  buffer_.write(slot_offset(generation, index_), slot_);
+}
+
+void ArrivalBoard::post(std::uint64_t generation, std::uint64_t key, std::span<const std::byte> payload,
+                        std::span<const std::byte> meta) {
+  write_slot(generation, key, payload, meta);  // visible before the arrival that announces it
+  arrive(0, generation);
+}
+
+void ArrivalBoard::mark(std::uint32_t row, std::uint64_t generation) {
+  if (row >= kRows) throw Error(Errc::invalid_argument, "arrival board: no row " + std::to_string(row));
+  arrive(row, generation);
+}
+
+void ArrivalBoard::arrive(std::uint32_t row, std::uint64_t generation) {
+  buffer_.write(arrival_offset(row, generation, index_), word_bytes(generation));
+  // The atomic orders the write before this read (the Dekker pair above).
+  if (buffer_.fetch_add(sleeper_offset(row, generation), 0) == generation) {
+    const std::uint64_t zero = 0;
+    buffer_.apply(VectorOp::accumulate, DType::i64, kWakeWordAt, 1, 1.0, word_bytes(zero));
+    ++counters_.wakeups_sent;
+  }
+}
+
+std::vector<std::uint64_t> ArrivalBoard::reached(std::uint32_t row, std::uint64_t generation) {
+  if (row >= kRows) throw Error(Errc::invalid_argument, "arrival board: no row " + std::to_string(row));
+  buffer_.read(arrival_offset(row, generation, 0), std::as_writable_bytes(std::span(words_)));
+  return words_;
+}
+
+bool ArrivalBoard::all_reached(std::uint32_t row, std::uint64_t generation, const std::vector<std::uint32_t>& skip) {
+  buffer_.read(arrival_offset(row, generation, 0), std::as_writable_bytes(std::span(words_)));
+  for (std::uint32_t r = 0; r < size_; ++r)
+    if (words_[r] < generation && !skipped(skip, r)) return false;
+  return true;
+}
+
+bool ArrivalBoard::wait(std::uint32_t row, std::uint64_t generation, const std::vector<std::uint32_t>& skip,
+                        std::chrono::microseconds timeout) {
+  if (row >= kRows) throw Error(Errc::invalid_argument, "arrival board: no row " + std::to_string(row));
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
+  const auto spin_end = std::min(deadline, start + spin_);
+  for (unsigned round = 0;; ++round) {
+    if (all_reached(row, generation, skip)) return true;
+    if (std::chrono::steady_clock::now() >= spin_end) break;
+    // Mostly pause, now and then give the core away: ranks may outnumber cores.
+    if (round % 64 == 63)
+      std::this_thread::yield();
+    else
+      cpu_relax();
+  }
+  return sleep_until(row, generation, skip, deadline);
+}
+
+bool ArrivalBoard::sleep_until(std::uint32_t row, std::uint64_t generation, const std::vector<std::uint32_t>& skip,
+                               std::chrono::steady_clock::time_point deadline) {
+  const std::uint64_t at = sleeper_offset(row, generation);
+  if (std::chrono::steady_clock::now() >= deadline) return false;  // a poll, not a wait: no sleeper word
+  while (true) {
+    const std::uint64_t version = buffer_.version();  // before the sleeper word: a wake-up after it counts
+    std::uint64_t seen = buffer_.fetch_add(at, 0);
+    while (seen < generation) {
+      const std::uint64_t before = buffer_.compare_swap(at, seen, generation);
+      if (before == seen) break;
+      seen = before;
+    }
+    if (all_reached(row, generation, skip)) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    ++counters_.sleeps;
+    try {
+      buffer_.wait_version(version + 1, std::max(left, std::chrono::milliseconds(1)));
+      ++counters_.woken;
+    } catch (const Error& e) {
+      if (e.code() != Errc::timeout) throw;
+      return all_reached(row, generation, skip);
+    }
+  }
+}
+
+bool ArrivalBoard::reducible(DType type) {
+  switch (type) {
+    case DType::f32:
+    case DType::f64:
+    case DType::u8:
+    case DType::i8:
+    case DType::i16:
+    case DType::i32:
+    case DType::i64: return true;
+    default: return false;
+  }
+}
+
+bool ArrivalBoard::reduce(std::uint64_t generation, std::uint64_t key, DType type, const std::string& op,
+                          std::span<std::byte> out, const std::vector<std::uint32_t>& skip) {
+  if (!reducible(type)) throw Error(Errc::invalid_argument, "arrival board: no reduction of this dtype on the ranks");
+  const Reduce how = reduce_named(op);
+  const std::uint64_t bytes = kSlotHeader + out.size();
+  if (bytes > slot_bytes_) return false;
+  // One read from the first rank's slot to the end of the last one's
+  // payload (at most 64 KiB, fabric.py's inline_capacity): where the server
+  // moves the bytes (TCP) one round trip, not one per rank.
+  slot_.resize((size_ - 1) * slot_bytes_ + bytes);
+  buffer_.read(slot_offset(generation, 0), slot_);
+  bool first = true;
+  for (std::uint32_t r = 0; r < size_; ++r) {
+    if (skipped(skip, r)) continue;
+    const std::byte* slot = slot_.data() + r * slot_bytes_;
+    std::uint64_t g = 0, k = 0;
+    std::uint32_t payload_bytes = 0;
+    std::memcpy(&g, slot, 8);
+    std::memcpy(&k, slot + 8, 8);
+    std::memcpy(&payload_bytes, slot + 20, 4);
+    if (g != generation || k != key || payload_bytes != out.size()) return false;
+    if (first)
+      std::memcpy(out.data(), slot + kSlotHeader, out.size());
+    else
+      combine_into(type, how, out, slot + kSlotHeader);
+    first = false;
+  }
+  return true;
+}
+
+ArrivalBoard::Outcome ArrivalBoard::allreduce(std::uint64_t generation, std::uint64_t key,
+                                              std::span<const std::byte> payload, std::span<const std::byte> meta,
+                                              DType type, const std::string& op, std::span<std::byte> out,
+                                              std::chrono::microseconds first_wait) {
+  static const std::vector<std::uint32_t> none;
+  post(generation, key, payload, meta);
+  if (!wait(0, generation, none, first_wait)) return Outcome::waiting;
+  return reduce(generation, key, type, op, out, none) ? Outcome::reduced : Outcome::mismatch;
+}
+
+}  // namespace smb::python

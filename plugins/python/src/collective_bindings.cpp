@@ -1,0 +1,110 @@
+// smb._core.ArrivalBoard: how the ranks of a smb.collective collective
+// meet (arrival_board.hpp), in C++ because it is the fixed cost of every
+// collective. Every call that touches the fabric releases the GIL.
+#include "arrival_board.hpp"
+#include "bindings.hpp"
+#include "host_memory.hpp"
+
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+
+namespace smb::python {
+namespace {
+
+std::chrono::microseconds micros(double seconds) {
+  return std::chrono::microseconds(static_cast<std::int64_t>(std::max(0.0, seconds) * 1e6 + 0.5));
+}
+
+DType reduced_dtype(const std::string& name) {
+  const auto type = parse_dtype(name);
+  if (!type) throw Error(Errc::invalid_argument, "unknown dtype '" + name + "'");
+  return *type;
+}
+
+std::span<const std::byte> payload_of(const py::handle& payload, HostMemory& mem) {
+  if (payload.is_none()) return {};
+  mem = host_memory(payload, false);
+  return {mem.data, mem.size};
+}
+
+// post() (arrive = true) or write_slot().
+void write_slot(ArrivalBoard& b, std::uint64_t g, std::uint64_t key, const py::handle& payload,
+                const py::bytes& meta, bool arrive) {
+  HostMemory mem;
+  const auto data = payload_of(payload, mem);
+  const std::string_view text = meta;
+  const auto meta_bytes = std::as_bytes(std::span(text.data(), text.size()));
+  py::gil_scoped_release nogil;
+  if (arrive)
+    b.post(g, key, data, meta_bytes);
+  else
+    b.write_slot(g, key, data, meta_bytes);
+}
+
+}  // namespace
+
+void bind_collective(py::module_& m) {
+  auto board = py::class_<ArrivalBoard>(m, "ArrivalBoard");
+  board.attr("REDUCED") = static_cast<int>(ArrivalBoard::Outcome::reduced);
+  board.attr("WAITING") = static_cast<int>(ArrivalBoard::Outcome::waiting);
+  board.attr("MISMATCH") = static_cast<int>(ArrivalBoard::Outcome::mismatch);
+  board
+      .def(py::init([](Buffer& buffer, std::uint32_t size, std::uint32_t index, std::uint64_t slot_bytes,
+                       double spin_s) { return ArrivalBoard(buffer, size, index, slot_bytes, micros(spin_s)); }),
+           py::keep_alive<1, 2>())
+      .def_static("slots_at", &ArrivalBoard::slots_at)
+      .def_static("reducible", [](const std::string& dtype) { return ArrivalBoard::reducible(reduced_dtype(dtype)); })
+      .def("slot_offset", &ArrivalBoard::slot_offset)
+      .def_property_readonly("counters",
+                             [](const ArrivalBoard& b) {
+                               const auto& c = b.counters();
+                               return py::dict(py::arg("sleeps") = c.sleeps, py::arg("woken") = c.woken,
+                                               py::arg("wakeups_sent") = c.wakeups_sent);
+                             })
+      .def("post",
+           [](ArrivalBoard& b, std::uint64_t g, std::uint64_t key, py::handle payload, const py::bytes& meta) {
+             write_slot(b, g, key, payload, meta, true);
+           })
+      .def("write_slot",
+           [](ArrivalBoard& b, std::uint64_t g, std::uint64_t key, py::handle payload, const py::bytes& meta) {
+             write_slot(b, g, key, payload, meta, false);
+           })
+      .def("mark",
+           [](ArrivalBoard& b, std::uint32_t row, std::uint64_t g) {
+             py::gil_scoped_release nogil;
+             b.mark(row, g);
+           })
+      .def("wait",
+           [](ArrivalBoard& b, std::uint32_t row, std::uint64_t g, const std::vector<std::uint32_t>& skip,
+              double timeout_s) {
+             py::gil_scoped_release nogil;
+             return b.wait(row, g, skip, micros(timeout_s));
+           })
+      .def("reached",
+           [](ArrivalBoard& b, std::uint32_t row, std::uint64_t g) {
+             py::gil_scoped_release nogil;
+             return b.reached(row, g);
+           })
+      .def("allreduce",
+           [](ArrivalBoard& b, std::uint64_t g, std::uint64_t key, py::handle payload, const py::bytes& meta,
+              const std::string& dtype, const std::string& op, py::handle out, double first_wait_s) {
+             const auto type = reduced_dtype(dtype);
+             HostMemory in;
+             const auto data = payload_of(payload, in);
+             const auto mem = host_memory(out, true);
+             const std::string_view text = meta;
+             py::gil_scoped_release nogil;
+             return static_cast<int>(b.allreduce(g, key, data, std::as_bytes(std::span(text.data(), text.size())),
+                                                 type, op, {mem.data, mem.size}, micros(first_wait_s)));
+           })
+      .def("reduce", [](ArrivalBoard& b, std::uint64_t g, std::uint64_t key, const std::string& dtype,
+                        const std::string& op, py::handle out, const std::vector<std::uint32_t>& skip) {
+        const auto type = reduced_dtype(dtype);
+        const auto mem = host_memory(out, true);
+        py::gil_scoped_release nogil;
+        return b.reduce(g, key, type, op, {mem.data, mem.size}, skip);
+      });
+}
+
+}  // namespace smb::python
