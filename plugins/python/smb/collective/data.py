@@ -217,7 +217,7 @@ def _allreduce_inline(c, t, red, prescale, postscale, out):
     """A small tensor's allreduce: its bytes travel in the arrival slots, and
     each rank reduces them (in C++ where the dtype allows, else NumPy)."""
     key_of = (t.dtype, t.shape, t.device, red, prescale, postscale)
-    the_meta = meta("allreduce", t, red=red, pre=prescale, post=postscale)
+    the_meta = lambda: meta("allreduce", t, red=red, pre=prescale, post=postscale)  # noqa: E731 - built once
     if t.dtype in _CXX_TYPES and t.numel:
         if out is None:
             out = np.empty(t.data.nbytes, dtype=np.uint8)

@@ -220,19 +220,21 @@ class Collective:
 
     def _keyed(self, key_of, meta):
         """(key, JSON) of metadata that repeats call after call (an allreduce
-        of one tensor), built once per `key_of` (hashable, names `meta`)."""
+        of one tensor), built once per `key_of` (hashable; meta() makes the
+        metadata it names)."""
         entry = self._keys.get(key_of)
         if entry is None:
-            blob = json.dumps(meta, separators=(",", ":")).encode()
+            blob = json.dumps(meta(), separators=(",", ":")).encode()
             key = int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "little") | 1
             entry = self._keys[key_of] = (key, blob)
         return entry
 
     def arrive_keyed(self, key_of, meta, payload):
-        """arrive() with the metadata's key (_keyed()); returns the key, and
-        reads no slots: reduce_inline() reads the payloads where the keys agree."""
+        """An allreduce's arrive() with the metadata's key (_keyed()); returns
+        the key, and reads no slots: reduce_inline() reads the payloads
+        where the keys agree."""
         key, blob = self._keyed(key_of, meta)
-        self._arrive(meta["op"], key, blob, payload)
+        self._arrive("allreduce", key, blob, payload)
         return key
 
     def allreduce_inline(self, key_of, meta, payload, dtype, red, out):

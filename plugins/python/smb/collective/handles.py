@@ -107,6 +107,14 @@ def submit(handle, process_set, op_label, prefix, name, work, finish=lambda r: r
     return handle
 
 
+def check_not_outstanding(group, full):
+    """ValueError where collective `full` of `group` is outstanding on this
+    rank (a synchronous call that reserves nothing checks only this)."""
+    with _lock:
+        if (group.set_id, full) in _reserved:
+            raise ValueError(_DUPLICATE)
+
+
 def run_now(process_set, op_label, prefix, name, work):
     """A synchronous collective with none of a handle's machinery (no
     Future, no registry): its name reserved while it runs, its timeline

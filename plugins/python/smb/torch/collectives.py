@@ -144,15 +144,24 @@ def allreduce(group, name, tensor, red, prescale, postscale, out=None, device=No
     raw, joined = data.allreduce(group, name, _view(host, device or tensor.device), red, prescale, postscale, into)
     if host.numel() == 0:
         return host.clone() if out is None else out
-    factor = postscale / group.size if red == "average" else postscale
     if out is not None:
         if joined and red in _JOINED_ZERO:
             out.copy_(_JOINED_ZERO[red](out))
-        return _scale_(out, factor)
-    result = _tensor(raw, host.dtype, host.shape)
+        return _scale_(out, _final_factor(group, red, postscale))
+    return allreduce_result(group, raw, host.dtype, host.shape, joined, red, postscale)
+
+
+def _final_factor(group, red, postscale):
+    return postscale / group.size if red == "average" else postscale
+
+
+def allreduce_result(group, raw, dtype, shape, joined, red, postscale):
+    """A new tensor from an allreduce's result bytes: joined ranks counted
+    as zeros, then scaled (postscale, and 1/size for an average)."""
+    result = _tensor(raw, dtype, shape)
     if joined and red in _JOINED_ZERO:
         result = _JOINED_ZERO[red](result)
-    return _scaled(result, factor)
+    return _scaled(result, _final_factor(group, red, postscale))
 
 
 def ready_event(tensor):

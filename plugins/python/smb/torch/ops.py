@@ -10,9 +10,10 @@ finds alone in its call (bad arguments) are ValueError.
 import contextlib
 import warnings
 
+import numpy as np
 import torch
 
-from smb.collective import basics, handles, joining, timeline
+from smb.collective import basics, data, handles, joining, timeline
 from smb.collective.fabric import REDUCIBLE, HorovodInternalError
 from smb.collective.handles import next_handle, poll, run_here, run_now, submit, synchronize
 from smb.collective.process_sets import global_process_set, group_of
@@ -148,9 +149,49 @@ class _Allreduce(torch.autograd.Function):
                           process_set=process_set), None, None, None, None, None, None)
 
 
+# Element types whose small allreduce the arrival board reduces in C++.
+_LANE_TYPES = {getattr(torch, name) for name in data._CXX_TYPES}
+
+
+def _allreduce_lane(tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+    """hvd.allreduce's commonest small case in a few calls: a named,
+    contiguous CPU tensor that travels in its arrival slot, needs no
+    gradient and no prescale, with no timeline being written. The same
+    collective as the full path (same name, handle count, checks and
+    result); None where that path must run instead. A small allreduce
+    costs microseconds, and each Python call and torch call of the full
+    path's layers (handle, reservation, autograd, views) adds about one."""
+    if (not name or prescale_factor != 1.0 or tensor.dtype not in _LANE_TYPES or not tensor.is_cpu
+            or not tensor.is_contiguous() or timeline.recording()):
+        return None
+    group = group_of(process_set, "Allreduce")
+    t = tensor.detach() if tensor.requires_grad else tensor
+    if t.numel() * t.element_size() > group.inline_bytes:
+        return None
+    red = _RED.get(_reduce_op(op, average))
+    if red is None:
+        return None  # (the full path says why)
+    full = "allreduce." + name
+    handles.check_not_outstanding(group, full)
+    next_handle()  # as the full path counts handles
+    raw = t.numpy().reshape(-1).view(np.uint8)
+    try:
+        out, joined = data.allreduce(group, full, data.Tensor(raw, collectives.dtype_name(t.dtype), t.shape,
+                                                              t.element_size()), red, 1.0, float(postscale_factor))
+    except (HorovodInternalError, ValueError, TypeError, NotImplementedError):
+        raise
+    except Exception as e:  # smb.Error and the like: the collective failed
+        raise HorovodInternalError(str(e)) from e
+    return collectives.allreduce_result(group, out, t.dtype, t.shape, joined, red, float(postscale_factor))
+
+
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
     """A new tensor: the reduction (default: average) of `tensor` over the set."""
+    if compression is Compression.none and not (tensor.requires_grad and torch.is_grad_enabled()):
+        result = _allreduce_lane(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+        if result is not None:
+            return result
     compression = from_name(compression)
     compressed, ctx = compression.compress(tensor)
     if compressed.requires_grad and torch.is_grad_enabled():

@@ -314,6 +314,27 @@ class T02Allreduce(Case):
         out, _ = hvd.alltoall(sent, [rows[self.rank]] * self.size, name="a2a.inline")
         self.assertTrue(torch.equal(out, torch.cat(parts)))
 
+    def test_the_synchronous_lane_matches_the_full_path(self):
+        """A named small hvd.allreduce of a CPU tensor that needs no gradient
+        takes a short lane (ops._allreduce_lane); it must give what the
+        full path gives (allreduce_async: handle, thread, views): same
+        dtype, shape and bits, every op, dtype and postscale; a tensor that
+        needs a gradient still gets one."""
+        for dtype in DTYPES:
+            for op in REDUCE_OPS:
+                for post in (1.0, 0.5):
+                    lo, hi = (-2, 3) if op == hvd.Product else (-10, 10)
+                    data = all_ranks((2, 3), dtype, "lane", op, dtype, post, lo=lo, hi=hi)
+                    what = f"{OP_NAMES[op]} {dname(dtype)} post {post}"
+                    lane = hvd.allreduce(data[self.rank], name=f"lane.{what}", op=op, postscale_factor=post)
+                    full = hvd.synchronize(hvd.allreduce_async(data[self.rank], name=f"full.{what}", op=op,
+                                                               postscale_factor=post))
+                    self.assertEqual((lane.dtype, lane.shape), (full.dtype, full.shape), what)
+                    self.assertTrue(torch.equal(lane, full), f"{what}: {lane} against {full}")
+        x = torch.ones(3, requires_grad=True)
+        hvd.allreduce(x, op=hvd.Sum, name="lane.grad").sum().backward()
+        self.assertTrue(torch.equal(x.grad, torch.full((3,), float(self.size))))
+
     def test_reduction_on_the_ranks(self):
         """SMB_TORCH_REDUCTION=ranks: each rank reduces a shard (a
         reduce-scatter and allgather through the fabric) instead of the
