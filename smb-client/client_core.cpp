@@ -5,6 +5,7 @@
 #include "transport/registry.hpp"
 
 #include "protocol/layout_codec.hpp"
+#include "protocol/segment_codec.hpp"
 #include "protocol/striping.hpp"
 #include "util/parse.hpp"
 
@@ -42,21 +43,12 @@ void log_to_stderr_unless_set() {
 
 }  // namespace
 
-transport::SegmentDescriptor client::segment_from(const Body& reply, const std::string& context) {
-  transport::SegmentDescriptor d;
-  d.id = protocol::get_u64(reply, "segment_id", context);
-  d.address = protocol::get_u64(reply, "address", context);
-  d.length = protocol::get_u64(reply, "length", context);
-  d.remote_key = protocol::get_binary(reply, "rkey", context);
-  return d;
-}
-
 bool client::is_absence(const Error& e) {
   return e.code() == Errc::unreachable || e.code() == Errc::server_gone || e.code() == Errc::timeout;
 }
 
 using client::is_absence;
-using client::segment_from;
+using protocol::segment_from;
 
 ClientCore::ClientCore(ClientOptions options) : options_(std::move(options)) {
   log_to_stderr_unless_set();
@@ -229,8 +221,9 @@ client::ServerLink& ClientCore::connect(const std::string& server) {
   // The data channel presents the session's ticket: the server serves it
   // only while this control session is open (ChannelAdmission).
   const auto& hello = l.control->hello_reply();
-  const auto ticket = hello.contains("ticket") ? protocol::get_binary(hello, "ticket", "hello") : protocol::Bytes{};
-  l.channel = transport_->connect(protocol::get_binary(hello, "address", "hello"), server, ticket);
+  l.ticket = hello.contains("ticket") ? protocol::get_binary(hello, "ticket", "hello") : protocol::Bytes{};
+  l.transport_address = protocol::get_binary(hello, "address", "hello");
+  l.channel = transport_->connect(l.transport_address, server, l.ticket);
   if (hello.contains("instance")) l.instance = protocol::get_u64(hello, "instance", "hello");
   l.waits = std::make_unique<client::WaitConnections>(
       l.address, options_.timeout, Body{{"client", "libsmb-wait"}, {"id", id_}, {"transport", transport_->name()}},

@@ -33,6 +33,9 @@ struct ServerLink {
   std::unique_ptr<transport::Channel> channel;
   std::uint64_t instance = 0;  // the run of smbd we said hello to (0: a server that has none)
   std::string address;         // where it was reached: the server's own, or its replacement's
+  // What the channel connected with (a repair hands them to another smbd,
+  // which pulls a copy from this one as one more channel of this session).
+  protocol::Bytes transport_address, ticket;
 
   // Where the transport cannot see a dead server itself, the closed control
   // connection tells: the channel is failed, so that ops fail instead of
@@ -49,8 +52,6 @@ struct ServerLink {
 
 // An error that says a server is not there (rather than that it refused).
 bool is_absence(const Error& e);
-// The segment an alloc_segment / open_segment reply describes.
-transport::SegmentDescriptor segment_from(const protocol::Body& reply, const std::string& context);
 // "buffer 'x': write of N bytes at offset O": how errors name a buffer op.
 std::string describe_buffer_op(const std::string& buffer, const char* op, std::uint64_t offset, std::uint64_t length);
 }  // namespace client

@@ -1,11 +1,14 @@
 #include "repair_copy.hpp"
 
 #include "protocol/layout_codec.hpp"
+#include "protocol/segment_codec.hpp"
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <future>
+#include <string_view>
 
 namespace smb::client {
 
@@ -22,12 +25,15 @@ constexpr std::uint64_t kDigestChunk = 1u << 20;
 constexpr std::size_t kDigestBytes = 16;  // XXH3-128 (smbd's SegmentStore::digest)
 
 // The digests of a copy's segment, kDigestChunk bytes each, computed by its server.
+// Digests and pulls go over connections of their own (l.waits): a repair's
+// copies run at once, and one connection answers one call at a time.
 std::vector<std::uint8_t> digests(ServerLink& l, const std::string& segment, std::uint64_t length) {
   std::vector<std::uint8_t> out;
   constexpr std::uint64_t kPerCall = protocol::kMaxDigests * kDigestChunk;
+  const auto connection = l.waits->acquire();
   for (std::uint64_t at = 0; at < length; at += kPerCall) {
     const auto n = std::min(kPerCall, length - at);
-    auto reply = l.control->call(MessageType::segment_digest,
+    auto reply = connection->call(MessageType::segment_digest,
                                  {{"name", segment}, {"offset", at}, {"length", n}, {"chunk", kDigestChunk}});
     const auto got = protocol::get_binary(reply, "digests", "segment_digest");
     if (got.size() != (n + kDigestChunk - 1) / kDigestChunk * kDigestBytes)
@@ -81,14 +87,14 @@ CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebu
     allocated.emplace_back(layout.servers[target], job.target_name);
   }
   opened.emplace_back(layout.servers[target], job.target_name);
-  job.target = job.to->channel->attach(segment_from(made, rebuild.in_place ? "open_segment" : "alloc_segment"));
+  job.target = job.to->channel->attach(protocol::segment_from(made, rebuild.in_place ? "open_segment" : "alloc_segment"));
   if (rebuild.in_place && job.target->descriptor().length != job.length)
     throw Error(Errc::protocol, "server " + layout.servers[target] + ": its stale copy is " +
                                     std::to_string(job.target->descriptor().length) + " bytes, the layout says " +
                                     std::to_string(job.length));
-  auto source_reply = job.from->control->call(MessageType::open_segment, {{"name", job.source_name}});
+  job.source_segment = job.from->control->call(MessageType::open_segment, {{"name", job.source_name}});
   opened.emplace_back(layout.servers[source], job.source_name);
-  job.source = job.from->channel->attach(segment_from(source_reply, "open_segment"));
+  job.source = job.from->channel->attach(protocol::segment_from(job.source_segment, "open_segment"));
   if (job.source->descriptor().length != job.length)
     throw Error(Errc::protocol, "server " + layout.servers[source] + ": its copy is " +
                                     std::to_string(job.source->descriptor().length) + " bytes, the layout says " +
@@ -159,10 +165,52 @@ std::vector<Range> differing(CopyJob& job) {
   return out;
 }
 
+namespace {
+
+// Bytes per pull_copy call: well within a control call's timeout even at
+// soft-RoCE's emulated speed.
+constexpr std::uint64_t kPullBatch = 32u << 20;
+
+bool copies_through_client() {
+  const char* how = std::getenv("SMB_REPAIR_COPY");  // (read per repair: tests set it)
+  return how != nullptr && std::string_view(how) == "client";
+}
+
+// The target's smbd reads `ranges` from the source's into the copy itself;
+// false where it could not reach the source (another network between
+// servers, a job's credential: pull_copy is the fabric secret's), and
+// nothing was copied.
+bool pull_ranges(CopyJob& job, const std::vector<Range>& ranges) {
+  const auto connection = job.to->waits->acquire();
+  for (std::size_t k = 0; k < ranges.size();) {
+    const bool first = k == 0;
+    Body batch = Body::array();
+    for (std::uint64_t bytes = 0; k < ranges.size() && (batch.empty() || bytes + ranges[k].length <= kPullBatch); ++k) {
+      batch.push_back(Body::array({ranges[k].offset, ranges[k].length}));
+      bytes += ranges[k].length;
+    }
+    try {
+      connection->call(MessageType::pull_copy, {{"name", job.target_name},
+                                                     {"from", job.from->control->peer()},
+                                                     {"address", protocol::binary(job.from->transport_address)},
+                                                     {"ticket", protocol::binary(job.from->ticket)},
+                                                     {"segment", job.source_segment},
+                                                     {"ranges", std::move(batch)}});
+    } catch (const Error& e) {
+      const bool could_not = e.code() == Errc::permission_denied || e.code() == Errc::unreachable ||
+                             e.code() == Errc::transport;
+      if (!could_not || !first) throw;  // (a later batch: the source was reached before)
+      return false;
+    }
+  }
+  return true;
+}
+
 // Copies `ranges` (each at most kRepairChunk) from the source to the
-// target, a few in flight: each is read while the reads after it run, then
-// written; its slot is reused once that write completed.
-void copy_ranges(ClientCore& core, CopyJob& job, const std::vector<Range>& ranges) {
+// target through this client, a few in flight: each is read while the
+// reads after it run, then written; its slot is reused once that write
+// completed.
+void copy_through_client(ClientCore& core, CopyJob& job, const std::vector<Range>& ranges) {
   const auto transfer = [&](ServerLink& l, const char* op, std::uint64_t offset, std::uint64_t bytes) {
     auto state = std::make_shared<Request::State>();
     state->client = core.shared_from_this();
@@ -201,6 +249,19 @@ void copy_ranges(ClientCore& core, CopyJob& job, const std::vector<Range>& range
     if (slot.read.valid()) write_out(slot);
   for (auto& slot : ring)
     if (slot.write.valid()) slot.write.wait();
+}
+
+}  // namespace
+
+void copy_ranges(ClientCore& core, CopyJob& job, const std::vector<Range>& ranges) {
+  if (ranges.empty()) return;
+  // Both servers' memory mapped here (one host, shared memory): a copy
+  // through this client is a memcpy between the mappings, faster than the
+  // server's reads (docs/reliability.md, "Repair throughput").
+  const bool one_host = job.from->channel->caps().same_host_memory && job.to->channel->caps().same_host_memory;
+  if (job.server_to_server && !one_host && !copies_through_client() && pull_ranges(job, ranges)) return;
+  job.server_to_server = false;
+  copy_through_client(core, job, ranges);
 }
 
 }  // namespace smb::client

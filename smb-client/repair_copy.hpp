@@ -37,8 +37,14 @@ struct CopyJob {
   ServerLink* from = nullptr;
   std::string target_name, source_name;
   std::unique_ptr<transport::RemoteSegment> target, source;
+  protocol::Body source_segment;  // the source's open_segment reply (a pull_copy names it)
   std::uint64_t length = 0;
   bool in_place = false;
+  // Whether the target's smbd pulls the bytes from the source's (pull_copy);
+  // false once it could not, where both servers' memory is mapped into
+  // this client (one host), or with SMB_REPAIR_COPY=client: this client then
+  // copies them itself.
+  bool server_to_server = true;
 };
 
 // (server, segment) pairs a repair opened or made, to close or destroy when it ends.
@@ -50,6 +56,8 @@ CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebu
                      SegmentsAt& allocated);
 // Where the two copies differ, by their servers' digests.
 std::vector<Range> differing(CopyJob& job);
+// Copies `ranges` from the source to the target: server to server where it
+// can (job.server_to_server), else through this client.
 void copy_ranges(ClientCore& core, CopyJob& job, const std::vector<Range>& ranges);
 // Before the final pass: no source behind its primary (data_lost), and no
 // client with a copied segment open that was not paused (UnpausedWriters).

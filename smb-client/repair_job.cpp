@@ -6,6 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <exception>
+#include <functional>
+#include <future>
 
 namespace smb::client {
 
@@ -124,26 +127,47 @@ void RepairJob::plan() {
   plan_ = plan_repair(layout_, states);
 }
 
+// f(job) for every copy at once: each copy has its own source (or its own
+// target), so that a restarted server that lost copies of two positions
+// pulls from both sources together, as a read reads every server at once.
+// Every run has ended when this returns or throws.
+void RepairJob::each_copy_at_once(const std::function<void(CopyJob&)>& f) {
+  if (jobs_.size() == 1) return f(jobs_.front());
+  std::vector<std::future<void>> runs;
+  for (auto& job : jobs_) runs.push_back(std::async(std::launch::async, [&f, &job] { f(job); }));
+  std::exception_ptr first;
+  for (auto& run : runs) {
+    try {
+      run.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
 void RepairJob::bulk_copy() {
   for (const auto& rebuild : plan_.rebuilds) {
     jobs_.push_back(prepare_copy(core_, layout_, rebuild, opened_, allocated_));
     report_.repaired.push_back({layout_.servers[rebuild.target], rebuild.replica, layout_.servers[rebuild.source],
                                 rebuild.length});
   }
-  for (auto& job : jobs_) {
-    copy_ranges(core_, job, whole(job.length));
+  each_copy_at_once([this](CopyJob& job) { copy_ranges(core_, job, whole(job.length)); });
+  for (const auto& job : jobs_) {
     report_.bytes += job.length;
     copied_ += job.length;
   }
 }
 
 std::uint64_t RepairJob::recopy() {
-  std::uint64_t changed = 0;
-  for (auto& job : jobs_) {
+  std::vector<std::uint64_t> changed_in(jobs_.size());
+  each_copy_at_once([&](CopyJob& job) {
     const auto ranges = differing(job);
     copy_ranges(core_, job, ranges);
-    changed += total(ranges);
-  }
+    changed_in[static_cast<std::size_t>(&job - jobs_.data())] = total(ranges);
+  });
+  std::uint64_t changed = 0;
+  for (const auto c : changed_in) changed += c;
   report_.bytes += changed;
   report_.recopied += changed;
   return changed;
@@ -180,6 +204,7 @@ void RepairJob::final_pass(const std::set<std::uint64_t>& paused) {
         job.from->control->call(MessageType::get_version, {{"name", job.source_name}}), "version", "get_version");
     job.to->control->call(MessageType::set_version, {{"name", job.target_name}, {"version", version}});
   }
+  for (std::size_t i = 0; i < jobs_.size(); ++i) report_.repaired[i].server_to_server = jobs_[i].server_to_server;
 }
 
 void RepairJob::commit() {

@@ -26,6 +26,7 @@
 #include "repair_plan.hpp"
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -57,6 +58,7 @@ class RepairJob {
   bool take_newer_runs(const Layout& theirs);
   // Recopies what differs in every copy; returns the bytes recopied.
   std::uint64_t recopy();
+  void each_copy_at_once(const std::function<void(CopyJob&)>& f);
   // Closes what the job opened, and destroys what it made when asked.
   void release(bool destroy_allocated) noexcept;
   // The record written back to the keepers that lost it.

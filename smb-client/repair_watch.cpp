@@ -19,6 +19,7 @@
 #include "client_core.hpp"
 
 #include "protocol/layout_codec.hpp"
+#include "protocol/segment_codec.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -444,7 +445,7 @@ void BufferCore::adopt(const Layout& layout) {
     for (std::uint32_t r = 0; r < replicas(); ++r) {
       if (ClientCore::copy_share(layout, r, i) == 0) continue;
       auto reply = l.control->call(protocol::MessageType::open_segment, {{"name", segment_names_[r]}});
-      auto opened = l.channel->attach(client::segment_from(reply, "open_segment"));
+      auto opened = l.channel->attach(protocol::segment_from(reply, "open_segment"));
       {
         std::lock_guard lock(segments_mutex_);
         segments_[std::size_t{r} * server_count() + i].store(opened.get(), std::memory_order_release);

@@ -20,7 +20,8 @@ constexpr auto kMaxAcceptBackoff = std::chrono::milliseconds(1000);
 }  // namespace
 
 ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, Registry& registry,
-                             ServerIdentity& identity, const ConnectionLimits& limits, const SessionQuotas& quotas)
+                             ServerIdentity& identity, const ConnectionLimits& limits, const SessionQuotas& quotas,
+                             const transport::TransportOptions& transport_options)
     : io_(io),
       acceptor_(io),
       registry_(registry),
@@ -30,6 +31,7 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
       versions_(io, registry),
       barriers_(io),
       pauses_(io, registry, identities_),
+      puller_(identity.transport, transport_options, registry.store()),
       workers_(std::max(1u, std::thread::hardware_concurrency())),
       metrics_sampler_(io),
       accept_retry_(io) {

@@ -24,7 +24,7 @@ class ControlServer {
  public:
   ControlServer(boost::asio::io_context& io, const boost::asio::ip::tcp::endpoint& listen,
                 Registry& registry, ServerIdentity& identity, const ConnectionLimits& limits,
-                const SessionQuotas& quotas);
+                const SessionQuotas& quotas, const transport::TransportOptions& transport_options = {});
   ~ControlServer();
   boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
   void start();
@@ -78,10 +78,11 @@ class ControlServer {
   VersionWaits versions_;      // deferred replies: version waits
   Barriers barriers_;          // deferred replies: barriers
   RepairPauses pauses_;        // deferred replies: online repair's pauses
+  CopyPuller puller_;          // a repair's copies pulled from other smbd (on workers_)
   // Vector ops run here, off the io thread, so that one large op does not
   // stall every other client's control requests.
   boost::asio::thread_pool workers_;
-  Services services_{io_, metrics_, workers_, handler_, coordination_, versions_, barriers_, pauses_};
+  Services services_{io_, metrics_, workers_, handler_, coordination_, versions_, barriers_, pauses_, puller_};
   // Samples the gauges of metrics_ once a second while they are served.
   boost::asio::steady_timer metrics_sampler_;
   std::set<std::shared_ptr<ControlSession>> sessions_;  // touched only on the io thread

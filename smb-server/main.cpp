@@ -109,7 +109,7 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
   std::unique_ptr<smb::server::ControlServer> control;
   try {
     control = std::make_unique<smb::server::ControlServer>(io, endpoint, registry, identity, options.connections,
-                                                           options.quotas);
+                                                           options.quotas, transport_options);
   } catch (const boost::system::system_error& e) {
     throw smb::Error(smb::Errc::unreachable,
                      "cannot listen on " + options.listen + ": " + e.code().message() +

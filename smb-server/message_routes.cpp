@@ -69,13 +69,27 @@ void pauses_deferred(Services& s, Request& r, const ReplyFn& reply) {
   (s.pauses.*serve)(r.session, r.body, reply);
 }
 
-// Digests read a whole copy (a repair's compare): on the worker pool, so
-// that a large one does not hold up other clients' control requests.
-void segment_digest(Services& s, Request& r, const ReplyFn& reply) {
+// Work over a whole copy (a repair's digests, its server-to-server pull):
+// on the worker pool, so that a large one does not hold up other clients'
+// control requests.
+template <Body (*work)(Services&, const Body&)>
+void on_workers(Services& s, Request& r, const ReplyFn& reply) {
   boost::asio::post(s.workers, [&s, body = std::move(r.body), reply, type = r.type] {
-    auto answer = replying(type, [&] { return s.requests.segment_digest(body); });
+    auto answer = replying(type, [&] { return work(s, body); });
     boost::asio::post(s.io, [answer = std::move(answer), reply, type] { guarded(type, reply, [&] { reply(answer); }); });
   });
+}
+
+Body digests_of(Services& s, const Body& body) { return s.requests.segment_digest(body); }
+Body pulled(Services& s, const Body& body) { return s.puller.pull(body); }
+
+// A copy pulled from another smbd with a client's ticket: the fabric's
+// secret only (a repair is the operator's), no job's credential.
+void pull_copy(Services& s, Request& r, const ReplyFn& reply) {
+  if (!r.scope.empty())
+    throw Error(Errc::permission_denied, "pull_copy: a job's credential (names starting " + util::quoted(r.scope) +
+                                             ") cannot have servers copy between them: use the fabric's secret");
+  on_workers<pulled>(s, r, reply);
 }
 
 // A repair's read of its source's version, answered between ops as
@@ -139,12 +153,13 @@ constexpr std::array kRoutes{
     Route{MessageType::watch_repairs, pauses_deferred<&RepairPauses::watch>},
     Route{MessageType::ack_pause, pauses_deferred<&RepairPauses::ack>},
     Route{MessageType::pause_holders, pauses_deferred<&RepairPauses::pause>},
-    Route{MessageType::segment_digest, segment_digest},
+    Route{MessageType::segment_digest, on_workers<digests_of>},
     Route{MessageType::mark_stale, mark_stale},
     Route::for_call(MessageType::atomic_call),
     Route{MessageType::segment_clients, at_once<&RequestHandler::segment_clients>},
     Route{MessageType::server_map, at_once<&RequestHandler::server_map>},
     Route{MessageType::replace_server, replace_server},
+    Route{MessageType::pull_copy, pull_copy},
 };
 
 static_assert(kRoutes.size() == protocol::kMessages.size(), "kRoutes: one entry per message of the schema");

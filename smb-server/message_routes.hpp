@@ -9,6 +9,7 @@
 // fixed bodies itself (data_path_calls.cpp).
 #include "barriers.hpp"
 #include "coordination.hpp"
+#include "copy_puller.hpp"
 #include "metrics.hpp"
 #include "repair_pauses.hpp"
 #include "request_handler.hpp"
@@ -34,6 +35,7 @@ struct Services {
   VersionWaits& versions;
   Barriers& barriers;
   RepairPauses& pauses;
+  CopyPuller& puller;
 };
 
 // A control connection's request.

@@ -1,6 +1,7 @@
 #include "request_handler.hpp"
 
 #include "protocol/layout_codec.hpp"
+#include "protocol/segment_codec.hpp"
 #include "util/parse.hpp"
 
 #include <spdlog/spdlog.h>
@@ -8,15 +9,6 @@
 namespace smb::server {
 
 using protocol::Body;
-
-namespace {
-
-Body segment_body(const transport::SegmentDescriptor& d) {
-  return Body{{"segment_id", d.id}, {"address", d.address}, {"length", d.length},
-              {"rkey", protocol::binary(d.remote_key)}};
-}
-
-}  // namespace
 
 namespace {
 
@@ -215,13 +207,13 @@ Body RequestHandler::set_version(SessionId, const Body& req) {
 
 Body RequestHandler::alloc_segment(SessionId session, const Body& req) {
   const char* what = "alloc_segment";
-  return protocol::ok_reply(segment_body(
+  return protocol::ok_reply(protocol::segment_body(
       registry_.store().alloc_segment(session, protocol::get_segment_name(req, "name", what), protocol::get_u64(req, "length", what))));
 }
 
 Body RequestHandler::open_segment(SessionId session, const Body& req) {
   return protocol::ok_reply(
-      segment_body(registry_.store().open_segment(session, protocol::get_segment_name(req, "name", "open_segment"))));
+      protocol::segment_body(registry_.store().open_segment(session, protocol::get_segment_name(req, "name", "open_segment"))));
 }
 
 Body RequestHandler::close_segment(SessionId session, const Body& req) {

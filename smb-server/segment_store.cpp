@@ -311,6 +311,11 @@ std::optional<transport::SegmentAccess> SegmentStore::resolve(std::uint64_t segm
   return transport::SegmentAccess{it->second, it->second->base, it->second->length};
 }
 
+transport::SegmentAccess SegmentStore::access(const std::string& name) const {
+  const auto segment = find(name);
+  return transport::SegmentAccess{segment, segment->base, segment->length};
+}
+
 ServerStats SegmentStore::stats() const {
   std::lock_guard lock(mutex_);
   ServerStats s;

@@ -145,6 +145,9 @@ class SegmentStore {
   // A server-assisted op's segment; nullopt where there is none, or where
   // it is outside `scope` (the channel's credential prefix, empty: any).
   std::optional<transport::SegmentAccess> resolve(std::uint64_t segment_id, std::string_view scope) const;
+  // Segment `name`'s memory, kept alive by the result (a pull_copy writes
+  // into it); throws Errc::not_found.
+  transport::SegmentAccess access(const std::string& name) const;
   ServerStats stats() const;
   // A page of the segments, those whose names start with `scope` only.
   Page<BufferSummary> buffers(const std::string& after, std::size_t limit, std::string_view scope = {}) const;

@@ -186,11 +186,12 @@ build_python_module() {
   py_include="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
   local objs=() src pids=()
   mkdir -p "$PACK/obj"
-  for src in "$ROOT"/plugins/python/src/*.cpp; do
+  # smb._core: its bindings and the collectives' arrival board (plugins/collective).
+  for src in "$ROOT"/plugins/python/src/*.cpp "$ROOT"/plugins/collective/*.cpp; do
     local obj="$PACK/obj/$(basename "$src" .cpp).o"
     objs+=("$obj")
     c++ -std=c++20 -O1 -fPIC -fvisibility=hidden -I"$include" -I"$py_include" -I"$ROOT/include" \
-      -I"$PACK/include" -I"$ROOT/plugins/python/src" -c "$src" -o "$obj" &
+      -I"$PACK/include" -I"$ROOT/plugins/python/src" -I"$ROOT/plugins/collective" -c "$src" -o "$obj" &
     pids+=($!)
   done
   local p ok=0

@@ -157,6 +157,10 @@ struct RepairReport {
     std::uint32_t replica = 0;  ///< which copy (0 or 1)
     std::string source;         ///< the server it was copied from
     std::uint64_t bytes = 0;
+    /// true: `server` pulled the bytes from `source` itself; false: they
+    /// passed through the repairing client (SMB_REPAIR_COPY=client, or the
+    /// server could not reach the source that way).
+    bool server_to_server = false;
   };
   std::string name;
   std::vector<Copy> repaired;            ///< none: every copy was whole

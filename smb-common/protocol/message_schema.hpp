@@ -61,7 +61,8 @@
   X(32, atomic_call, call, "AtomicCallBody", "FixedReplyBody + old")                                                   \
   X(33, segment_clients, control, "{name}", "{clients, behind}")                                                      \
   X(34, server_map, control, "{}", "{replaced}")                                                                       \
-  X(35, replace_server, control, "{slot, address, epoch}", "{replaced}")
+  X(35, replace_server, control, "{slot, address, epoch}", "{replaced}")                                               \
+  X(36, pull_copy, control, "{name, from, address(bin), ticket(bin), segment, ranges}", "{bytes}")
 
 namespace smb::protocol {
 
@@ -74,8 +75,8 @@ inline constexpr std::uint32_t kMagic = 0x31424d53;  // "SMB1"
 // change to a message, a fixed call or a transport's wire header:
 // tests/unit/wire_version_test.cpp keeps their fingerprint beside it and
 // fails until both are updated.
-inline constexpr std::uint16_t kVersion = 7;
-inline constexpr std::uint64_t kWireFingerprint = 0xbb9c305ae33bad52;  // tests/unit/wire_version_test.cpp
+inline constexpr std::uint16_t kVersion = 8;
+inline constexpr std::uint64_t kWireFingerprint = 0x7884bd6ee1f1a1c5;  // tests/unit/wire_version_test.cpp
 
 enum class MessageType : std::uint16_t {
 #define SMB_MESSAGE_ENUMERATOR(number, name, path, request, reply) name = number,

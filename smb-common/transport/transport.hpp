@@ -56,6 +56,10 @@ struct ChannelCaps {
   bool registration_helps = false;
   // The largest payload one call carries; callers split larger ones.
   std::size_t max_call_payload = 0;
+  // The server is on this host and its memory is reached through shared
+  // memory (UCX's CMA or mapped lanes): moving bytes between two such
+  // servers through this process is a memory copy, with no network to save.
+  bool same_host_memory = false;
 };
 
 class Registration {

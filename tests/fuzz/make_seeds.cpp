@@ -257,6 +257,21 @@ void request_seeds() {
   record(replaced, 0, type_of(MessageType::server_map), body(Body::object()));
   record(replaced, 0, type_of(MessageType::hello), body(reqs[0].second));
   write("fuzz_requests", "replaced-servers", replaced);
+  // A repair's server-to-server pull, refused before it connects anywhere:
+  // no such segment, ranges outside it, malformed ranges and segment.
+  Bytes pull;
+  for (int i : {0, 1, 2, 3}) record(pull, 0, type_of(reqs[static_cast<std::size_t>(i)].first), body(reqs[static_cast<std::size_t>(i)].second));
+  const Body source{{"segment_id", 1}, {"address", 4096}, {"length", 8192}, {"rkey", protocol::binary({1, 2})}};
+  const auto pull_of = [&](const char* name, Body ranges) {
+    return body({{"name", name}, {"from", "10.0.0.5:7000"}, {"address", protocol::binary({9, 9})},
+                 {"ticket", protocol::binary({})}, {"segment", source}, {"ranges", std::move(ranges)}});
+  };
+  record(pull, 0, type_of(MessageType::pull_copy), pull_of("nothing#r1", Body::array({Body::array({0, 4096})})));
+  record(pull, 0, type_of(MessageType::pull_copy), pull_of("w", Body::array({Body::array({0, 1u << 30})})));
+  record(pull, 0, type_of(MessageType::pull_copy), pull_of("w", Body::array({Body::array({0})})));
+  record(pull, 0, type_of(MessageType::pull_copy), pull_of("w", Body::array({Body::array({4096, 0})})));
+  record(pull, 0, type_of(MessageType::pull_copy), body({{"name", "w"}, {"from", ""}, {"segment", 3}}));
+  write("fuzz_requests", "pull-copy", pull);
 }
 
 // A checkpoint of a 3-byte buffer 'w' (checkpoint_file.hpp), after the

@@ -1,10 +1,12 @@
 // Repair (Client::repair, smbctl repair): a server killed with SIGKILL and
 // restarted empty gets its copies of replicated buffers back from the other
-// copies; afterwards the buffer survives losing the server that had served
-// them meanwhile, vector ops keep both copies in one order, and clients that
-// have the buffer open keep writing through the repair.
+// copies (pulled server to server, or through the repairing client);
+// afterwards the buffer survives losing the server that had served them
+// meanwhile, vector ops keep both copies in one order, and clients that have
+// the buffer open keep writing through the repair.
 #include "raw_connection.hpp"
 #include "replication_fixture.hpp"
+#include "scoped_env.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +53,9 @@ TEST_P(RepairTest, ARestartedServerGetsItsCopiesBackAndTheBufferSurvivesTheNextL
   for (const auto& copy : report["repaired"]) {
     EXPECT_EQ(copy.value("server", ""), server(victim).address()) << repair.out;
     EXPECT_NE(copy.value("source", ""), server(victim).address()) << repair.out;
+    // The restarted server pulls its copies itself, except where smbctl maps
+    // both servers' memory (UCX shared memory: one host, a memcpy is faster).
+    EXPECT_EQ(copy.value("server_to_server", false), GetParam().label != "ucx_shm") << repair.out;
     bytes += copy.value("bytes", 0ull);
   }
   EXPECT_EQ(report.value("bytes", 0ull), bytes);
@@ -79,6 +84,35 @@ TEST_P(RepairTest, ARestartedServerGetsItsCopiesBackAndTheBufferSurvivesTheNextL
 // accumulate must be there, for the writer, the repairer and a fresh client.
 // A buffer of one copy that lost its stripes on a restarted server cannot be
 // repaired: smbctl repair says so, and exits as for a degraded fabric.
+// SMB_REPAIR_COPY=client: the bytes pass through the repairing client (as
+// where servers cannot reach each other), and the copies are as whole.
+TEST_P(RepairTest, ARepairThroughTheClientRebuildsTheSameCopies) {
+  const std::uint64_t size = 3 * kUnit * 5 + 100;
+  const auto values = pattern_bytes(0, size, 9);
+  {
+    auto client = make_client();
+    client.create("through", size, replicated()).write(0, values);
+  }
+  const auto victim = not_home_of("through");
+  restart_server(victim);
+  ScopedEnv env;
+  env.set("SMB_REPAIR_COPY", "client");
+  const auto repair = run_smbctl({"--json", "repair", "through"});
+  ASSERT_EQ(repair.status.code, 0) << repair.describe();
+  const auto doc = json_of(repair);
+  ASSERT_EQ(doc["buffers"].size(), 1u) << repair.out;
+  ASSERT_FALSE(doc["buffers"][0]["repaired"].empty()) << repair.out;
+  for (const auto& copy : doc["buffers"][0]["repaired"])
+    EXPECT_FALSE(copy.value("server_to_server", true)) << repair.out;
+  EXPECT_EQ(state_of("through"), "ok");
+  server(third("through", victim)).kill();  // some stripes now only in the rebuilt copies
+  auto client = fresh_client();
+  auto buffer = client.open("through");
+  ByteVec got(size);
+  buffer.read(0, got);
+  EXPECT_TRUE(got == values) << "the copies rebuilt through the client differ from what was written";
+}
+
 TEST_P(RepairTest, ARepairOfEveryBufferNamesALostSingleCopyBuffer) {
   smb::BufferOptions one;
   one.stripe_unit = kUnit;  // every server holds stripes of it

@@ -8,9 +8,13 @@ one server (not the buffer's home) is killed (SIGKILL) and restarted empty,
 then Client.repair rebuilds its copies (2/3 of the buffer's size: it held
 copy 0 of one third and copy 1 of another). The reference, on the same
 fabric just before the kill: one client reading the whole buffer.
-Reported (medians): repair MiB/s, read MiB/s, and their ratio. A repair
-reads each byte from the other copy and writes it to the new one, through
-the repairing client (one chunk read and one written at a time).
+Reported (medians): repair MiB/s, read MiB/s, and their ratio. The
+restarted server pulls each byte from the other copy's server itself
+(pull_copy, 4 MiB reads, 4 in flight), except where the repairing client
+maps both servers' memory (one host, UCX shared memory: it copies itself,
+faster); with --copy client the bytes always pass through the repairing
+client (read from one, written to the other), as where servers cannot
+reach each other. The report says which happened.
 
 With --writer, another client keeps the buffer open and writes 1 MiB blocks
 round-robin from before the kill until after the repair (an online repair:
@@ -20,7 +24,7 @@ copied again (written during the copy), how long it paused the writer
 median write before the kill.
 
 Usage: tools/bench/repair_throughput.py [--preset ci | --build DIR] [--repeat 3] [--size-mib 256]
-                                        [--ucx-tls tcp,self] [--writer] [--json]
+                                        [--ucx-tls tcp,self] [--copy servers|client] [--writer] [--json]
 """
 
 import argparse
@@ -96,6 +100,7 @@ def run_once(fabric_mod, smb, np, size, writer):
                 writing.finish()
             return None  # homed on the restarted server: its layout went with it; ports differ next time
         result = {"read_mib_s": size / MIB / read_s, "repair_mib_s": report.bytes / MIB / report.seconds,
+                  "server_to_server": all(c.server_to_server for c in report.repaired),
                   "repaired_bytes": report.bytes - report.recopied, "recopied_bytes": report.recopied,
                   "repair_s": report.seconds, "paused_s": report.paused_seconds}
         if writing:
@@ -120,6 +125,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--size-mib", type=int, default=256)
     ap.add_argument("--ucx-tls")
+    ap.add_argument("--copy", choices=("servers", "client"), default="servers",
+                    help="who moves the bytes: the restarted server (pull_copy) or the repairing client")
     ap.add_argument("--writer", action="store_true", help="a client writes through the repair")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -127,6 +134,7 @@ def main():
     os.environ.setdefault("SMB_SMBD", os.path.join(build, "smb-server", "smbd"))
     if args.ucx_tls:
         os.environ["UCX_TLS"] = args.ucx_tls
+    os.environ["SMB_REPAIR_COPY"] = args.copy
     sys.path.insert(0, os.path.join(build, "python"))
     sys.path.insert(0, os.path.join(ROOT, "plugins", "python", "tests"))
     import fabric as fabric_mod  # noqa: E402  (the tests' smbd launcher)
@@ -142,6 +150,7 @@ def main():
     result = {
         "size": size,
         "transport": args.ucx_tls or "shared memory (UCX default)",
+        "copy": "server to server" if all(r["server_to_server"] for r in runs) else "through the client",
         "repaired_bytes": runs[0]["repaired_bytes"],
         "repair_mib_s": statistics.median(r["repair_mib_s"] for r in runs),
         "read_mib_s": statistics.median(r["read_mib_s"] for r in runs),
@@ -154,7 +163,7 @@ def main():
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{result['transport']}: repair {result['repair_mib_s']:.0f} MiB/s "
+        print(f"{result['transport']}, {result['copy']}: repair {result['repair_mib_s']:.0f} MiB/s "
               f"({result['repaired_bytes'] // MIB} MiB rebuilt), client read {result['read_mib_s']:.0f} MiB/s, "
               f"ratio {result['ratio']:.2f} (median of {len(runs)})")
         if args.writer:

@@ -83,7 +83,11 @@ double rate_mib(const RepairReport& r) {
 nlohmann::json to_json(const Outcome& o) {
   auto copies = nlohmann::json::array();
   for (const auto& c : o.report.repaired)
-    copies.push_back({{"server", c.server}, {"replica", c.replica}, {"source", c.source}, {"bytes", c.bytes}});
+    copies.push_back({{"server", c.server},
+                      {"replica", c.replica},
+                      {"source", c.source},
+                      {"bytes", c.bytes},
+                      {"server_to_server", c.server_to_server}});
   nlohmann::json j{{"name", o.report.name},
                    {"result", o.result},
                    {"repaired", copies},
@@ -108,7 +112,8 @@ std::string line(const Outcome& o) {
       text += fmt::format("; {} client(s) with it open paused {:.3f} s for the final pass", o.report.clients_paused,
                           o.report.paused_seconds);
     for (const auto& c : o.report.repaired)
-      text += "\n  copy " + std::to_string(c.replica) + " on " + c.server + " from " + c.source;
+      text += "\n  copy " + std::to_string(c.replica) + " on " + c.server + " from " + c.source +
+              (c.server_to_server ? " (server to server)" : " (through this client)");
   }
   for (const auto& keeper : o.report.records_restored) text += "\n  layout record written back to " + keeper;
   if (!o.error.empty()) text += ": " + o.error;

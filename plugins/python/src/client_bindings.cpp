@@ -322,7 +322,8 @@ void bind_records(py::module_& m) {
       .def_readonly("server", &RepairReport::Copy::server)
       .def_readonly("replica", &RepairReport::Copy::replica)
       .def_readonly("source", &RepairReport::Copy::source)
-      .def_readonly("bytes", &RepairReport::Copy::bytes);
+      .def_readonly("bytes", &RepairReport::Copy::bytes)
+      .def_readonly("server_to_server", &RepairReport::Copy::server_to_server);
   py::class_<RepairReport>(m, "RepairReport")
       .def_readonly("name", &RepairReport::name)
       .def_readonly("repaired", &RepairReport::repaired)

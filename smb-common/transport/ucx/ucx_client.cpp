@@ -494,6 +494,7 @@ ChannelCaps UcxChannel::caps() const {
       .registration_helps = false,
       // Eager active messages, reassembled by UCX (rendezvous is off, see ucx_handles.cpp).
       .max_call_payload = 4u << 20,
+      .same_host_memory = shared_memory_rma_,
   };
 }
 
