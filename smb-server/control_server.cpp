@@ -21,7 +21,7 @@ constexpr auto kMaxAcceptBackoff = std::chrono::milliseconds(1000);
 
 ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, Registry& registry,
                              ServerIdentity& identity, const ConnectionLimits& limits, const SessionQuotas& quotas,
-                             const transport::TransportOptions& transport_options)
+                             const transport::TransportOptions& transport_options, bool may_pull_copies)
     : io_(io),
       acceptor_(io),
       registry_(registry),
@@ -31,7 +31,8 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
       versions_(io, registry),
       barriers_(io),
       pauses_(io, registry, identities_),
-      puller_(identity.transport, transport_options, registry.store()),
+      // No transport: pull_copy fails with Errc::transport (the repairer copies itself).
+      puller_(may_pull_copies ? identity.transport : std::string(), transport_options, registry.store()),
       workers_(std::max(1u, std::thread::hardware_concurrency())),
       metrics_sampler_(io),
       accept_retry_(io) {

@@ -24,7 +24,8 @@ class ControlServer {
  public:
   ControlServer(boost::asio::io_context& io, const boost::asio::ip::tcp::endpoint& listen,
                 Registry& registry, ServerIdentity& identity, const ConnectionLimits& limits,
-                const SessionQuotas& quotas, const transport::TransportOptions& transport_options = {});
+                const SessionQuotas& quotas, const transport::TransportOptions& transport_options = {},
+                bool may_pull_copies = true);
   ~ControlServer();
   boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
   void start();

@@ -93,8 +93,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Before the server: ops still running on its worker pool (one that
   // waited for its turn) answer while the server's destructor drains it.
   Answers answers;
+  // No pull_copy connects anywhere: the harness opens no connections, and a
+  // made-up transport address is trusted input (the fabric secret's,
+  // docs/reliability.md "Authentication").
   server::ControlServer control(io, {boost::asio::ip::make_address("127.0.0.1"), 0}, registry, identity, limits,
-                                quotas);
+                                quotas, {}, false);
 
   while (size >= 5) {
     const std::uint8_t how = data[0];
