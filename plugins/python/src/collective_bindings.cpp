@@ -54,7 +54,6 @@ void bind_collective(py::module_& m) {
                        double spin_s) { return ArrivalBoard(buffer, size, index, slot_bytes, micros(spin_s)); }),
            py::keep_alive<1, 2>())
       .def_static("slots_at", &ArrivalBoard::slots_at)
-      .def_static("reducible", [](const std::string& dtype) { return ArrivalBoard::reducible(reduced_dtype(dtype)); })
       .def("slot_offset", &ArrivalBoard::slot_offset)
       .def_property_readonly("counters",
                              [](const ArrivalBoard& b) {

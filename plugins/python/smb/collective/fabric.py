@@ -238,7 +238,7 @@ class Collective:
         return key
 
     def allreduce_inline(self, key_of, meta, payload, dtype, red, out):
-        """A small allreduce whose reduction C++ does (ArrivalBoard.reducible),
+        """A small allreduce whose reduction C++ does (ArrivalBoard::reducible; data._CXX_TYPES),
         start to end: True when `out` holds the result, False when some
         rank's metadata differs (read the slots, check() names it). Where a
         rank is late it waits as arrive() does, joins and stalls included."""
