@@ -1,13 +1,19 @@
 // The ops a replicated buffer's copies must apply in one order -- vector ops
 // and atomics (BufferOptions::replicas > 1) -- from the client's side.
 //
-// Copy 0 orders a position's ops while it lives: each call there comes back
-// with the version it brought its segment to, and every other copy applies
-// the same call tagged with that version, right after the call before it in
-// that order (smbd: VectorRequest::order). So the copies apply every op in
-// the same order and stay bit-identical, floating-point sums and
-// compare-swaps included. Where copy 0 is lost, the next usable copy takes
-// the op untagged (it is then the only one: its arrival order is the order).
+// The copies form a chain. The first copy that takes changes (copy 0 while
+// it lives) orders a position's ops: each call there comes back with the
+// version it brought its segment to. The next copy applies the same call
+// tagged with that version, right after the call before it in that order
+// (smbd: VectorRequest::order), and only then the copy after it, tagged with
+// the versions the copy before it gave. So every copy applies every op in
+// one order and they stay bit-identical, floating-point sums and
+// compare-swaps included. Why a chain, not copy 0 tagging every other copy
+// at once: where copy 0 dies, the next copy orders alone, and a copy further
+// on must never hold an op in copy 0's order that the new orderer placed
+// elsewhere. In a chain a copy only ever receives the order of the copy
+// before it. The price is one more round trip per extra copy (measured in
+// docs/reliability.md, "Three copies").
 // docs/reliability.md ("Replication") states what this guarantees.
 #include "replicated_path.hpp"
 #include "server_calls.hpp"
@@ -27,89 +33,91 @@ std::vector<std::vector<protocol::FixedReply>> ReplicatedPath::run_ordered(const
                                                                            const AddOrderedCalls& add, const char* op,
                                                                            const Describe& what) {
   const OpGate::Pass pass(buffer_.gate_);
-  struct Run {
+  // One position's op on its way down the chain.
+  struct Chain {
     std::uint32_t position = 0;
-    std::uint32_t replica = 0;
+    std::uint32_t orderer = 0;                 // the copy whose order the op took
+    std::vector<protocol::FixedReply> decided;  // its replies: the op's answer
+    std::vector<std::uint64_t> orders;          // the versions it gave, one per call
+    std::uint32_t replica = 0;                  // the copy being called
     std::unique_ptr<ServerCalls> calls;
-    std::vector<protocol::FixedReply> replies;  // the ordering copy's
-    std::vector<std::uint64_t> orders;          // the versions it gave
   };
-  auto start = [&](Run& run, std::uint32_t replica, const std::vector<std::uint64_t>* orders) {
-    run.replica = replica;
-    run.calls = std::make_unique<ServerCalls>(buffer_.client_, what);
-    add(*run.calls, run.position, replica, orders);
+  auto start = [&](Chain& chain, std::uint32_t replica, const std::vector<std::uint64_t>* orders) {
+    chain.replica = replica;
+    chain.calls = std::make_unique<ServerCalls>(buffer_.client_, what);
+    add(*chain.calls, chain.position, replica, orders);
+  };
+  auto take_order = [](Chain& chain, std::vector<protocol::FixedReply> replies) {
+    chain.orderer = chain.replica;
+    chain.orders.clear();
+    for (const auto& reply : replies) chain.orders.push_back(reply.version);
+    chain.decided = std::move(replies);
   };
   // The first copy of every position; when its server is lost, the next copy, untagged.
-  std::vector<Run> firsts(positions.size());
+  std::vector<Chain> chains(positions.size());
   for (std::size_t i = 0; i < positions.size(); ++i) {
-    firsts[i].position = positions[i];
-    start(firsts[i], first_taking_changes(positions[i], op), nullptr);
+    chains[i].position = positions[i];
+    start(chains[i], first_taking_changes(positions[i], op), nullptr);
   }
-  for (auto& run : firsts) {
+  for (auto& chain : chains) {
     for (;;) {
       try {
-        run.replies = run.calls->finish_fixed();
+        take_order(chain, chain.calls->finish_fixed());
         break;
       } catch (const Error& e) {
         if (!is_absence(e)) throw;
         // Lost before it answered: it may or may not have applied the op, but
         // no other copy has it yet (they get it only after this one answered).
-        const auto s = buffer_.replica_server(run.position, run.replica);
-        mark_stale(run.replica, s, an(op) + " failed: " + e.what(), buffer_.alive(s));
-        start(run, first_taking_changes(run.position, op), nullptr);
+        const auto s = buffer_.replica_server(chain.position, chain.replica);
+        mark_stale(chain.replica, s, an(op) + " failed: " + e.what(), buffer_.alive(s));
+        start(chain, first_taking_changes(chain.position, op), nullptr);
       }
     }
-    for (const auto& reply : run.replies) run.orders.push_back(reply.version);
   }
-  // The other copies of the positions copy 0 ordered, each op tagged with its order.
-  struct Follower {
-    Run run;
-    Run* first = nullptr;
-  };
-  std::vector<Follower> followers;
-  for (auto& first : firsts) {
-    if (first.replica != 0) continue;
-    for (std::uint32_t r = 1; r < buffer_.replicas(); ++r) {
-      if (!takes_changes(r, buffer_.replica_server(first.position, r), op)) continue;
-      auto& follower = followers.emplace_back();
-      follower.run.position = first.position;
-      follower.first = &first;
-      start(follower.run, r, &first.orders);
+  // Down the chain: each later copy of every position at once, tagged with the order so far.
+  for (std::uint32_t r = 1; r < buffer_.replicas(); ++r) {
+    std::vector<Chain*> calling;
+    for (auto& chain : chains) {
+      if (chain.orderer >= r || !takes_changes(r, buffer_.replica_server(chain.position, r), op)) continue;
+      start(chain, r, &chain.orders);
+      calling.push_back(&chain);
     }
-  }
-  for (auto& [run, first] : followers) {
-    const auto server = buffer_.replica_server(run.position, run.replica);
-    try {
-      const auto replies = run.calls->finish_fixed();
-      // Applied in the same place of the same order, an atomic finds the same
-      // word: one that did not was changed apart from the ordered ops (a
-      // write racing them on the same bytes), and this copy has diverged.
-      const bool diverged = !std::equal(replies.begin(), replies.end(), first->replies.begin(),
-                                        [](const auto& mine, const auto& first_copy) { return mine.old == first_copy.old; });
-      if (diverged)
-        mark_stale(run.replica, server,
-                   "its word differed from copy 0's at the same place in their order (a write raced the " + std::string(op) +
-                       " on the same bytes)", true);
-    } catch (const Error& e) {
-      if ((e.code() == Errc::out_of_order || e.code() == Errc::timeout) && !primary_answers(run.position)) {
-        // Copy 0 died after it answered: ops of clients that saw it die took
-        // this copy's next versions, or one it ordered never comes. This copy
-        // is the only one now: the op goes after what it has, and its answer
-        // is the op's (copy 0's state is gone with it).
-        start(run, run.replica, nullptr);
-        first->replies = run.calls->finish_fixed();
-      } else if (is_absence(e) || e.code() == Errc::out_of_order) {
-        // Gone (the others have the op), or left behind by its primary (an op
-        // before this one never came: its client died between the copies).
-        mark_stale(run.replica, server, "it missed " + an(op) + ": " + e.what(), buffer_.alive(server));
-      } else {
-        throw;
+    for (auto* chain : calling) {
+      const auto server = buffer_.replica_server(chain->position, r);
+      try {
+        const auto replies = chain->calls->finish_fixed();
+        // Applied in the same place of the same order, an atomic finds the same
+        // word: one that did not was changed apart from the ordered ops (a
+        // write racing them on the same bytes), and this copy has diverged.
+        const bool diverged = !std::equal(replies.begin(), replies.end(), chain->decided.begin(),
+                                          [](const auto& mine, const auto& first) { return mine.old == first.old; });
+        if (diverged)
+          mark_stale(r, server,
+                     "its word differed from copy " + std::to_string(chain->orderer) +
+                         "'s at the same place in their order (a write raced the " + std::string(op) + " on the same bytes)",
+                     true);
+      } catch (const Error& e) {
+        if ((e.code() == Errc::out_of_order || e.code() == Errc::timeout) && !answers(chain->position, chain->orderer)) {
+          // The copy that ordered the op died after it answered: ops of
+          // clients that saw it die took this copy's next versions, or one it
+          // ordered never comes. This copy orders now: the op goes after what
+          // it has, its answer is the op's (the orderer's state is gone with
+          // it), and the copies after it follow its order.
+          start(*chain, r, nullptr);
+          take_order(*chain, chain->calls->finish_fixed());
+        } else if (is_absence(e) || e.code() == Errc::out_of_order) {
+          // Gone (the others have the op), or left behind by the order (an op
+          // before this one never came: its client died between the copies).
+          mark_stale(r, server, "it missed " + an(op) + ": " + e.what(), buffer_.alive(server));
+        } else {
+          throw;
+        }
       }
     }
   }
   std::vector<std::vector<protocol::FixedReply>> decided;
-  decided.reserve(firsts.size());
-  for (auto& run : firsts) decided.push_back(std::move(run.replies));
+  decided.reserve(chains.size());
+  for (auto& chain : chains) decided.push_back(std::move(chain.decided));
   return decided;
 }
 
@@ -140,11 +148,12 @@ std::uint64_t ReplicatedPath::atomic(protocol::AtomicKind kind, std::uint64_t of
   return decided.front().front().old;
 }
 
-bool ReplicatedPath::primary_answers(std::uint32_t position) {
-  if (buffer_.link_at(position) == nullptr || !buffer_.link_at(position)->alive()) return false;
+bool ReplicatedPath::answers(std::uint32_t position, std::uint32_t replica) {
+  auto* link = buffer_.link_at(buffer_.replica_server(position, replica));
+  if (link == nullptr || !link->alive()) return false;
   try {
-    ServerCalls probe(buffer_.client_, "probe of copy 0");
-    probe.add_version_call(*buffer_.link_at(position), protocol::VersionCallKind::get, buffer_.segment_names_[0], 0, buffer_.client_->timeout());
+    ServerCalls probe(buffer_.client_, "probe of copy " + std::to_string(replica));
+    probe.add_version_call(*link, protocol::VersionCallKind::get, buffer_.segment_names_[replica], 0, buffer_.client_->timeout());
     probe.finish_versions();
     return true;
   } catch (const Error& e) {

@@ -33,9 +33,20 @@ RepairReport RepairJob::run() {
   try {
     plan();
     if (!plan_.rebuilds.empty()) {
+      // Every keeper taken: a client that held the buffer at any time since
+      // held it at one of them, and the pause says whether anyone did.
+      every_keeper_taken_ = taken_.size() == core_.keepers_of(name_).size();
+      using Clock = std::chrono::steady_clock;
+      const auto copying = Clock::now();
       bulk_copy();
-      catch_up();
+      const auto copied = Clock::now();
+      if (held_at_begin_ > 0) catch_up();  // nobody held it: nothing to catch up with yet
+      const auto caught_up = Clock::now();
       final_pass(pause());
+      const auto ms = [](auto from, auto to) { return std::chrono::duration<double, std::milli>(to - from).count(); };
+      spdlog::debug("{}: before the copy {:.0f} ms, bulk copy {:.0f} ms, catch-up {:.0f} ms, pause and final pass "
+                    "{:.0f} ms{}", context_, ms(started_, copying), ms(copying, copied), ms(copied, caught_up),
+                    ms(caught_up, Clock::now()), untouched_ ? " (untouched: no digest pass)" : "");
     }
     commit();
   } catch (const Error& e) {
@@ -67,13 +78,15 @@ void RepairJob::take_records() {
   auto [reply, first] = core_.ask_keepers(name_, MessageType::begin_repair, {{"name", name_}});
   layout_ = protocol::layout_from_body(reply["layout"], "begin_repair");
   taken_.push_back(&core_.link(first));
+  held_at_begin_ = reply.value("holders", std::uint64_t{1});
   if (layout_.replicas <= 1) return;
   for (const auto& other : keepers) {
     if (other == first) continue;
     try {
-      const auto theirs = protocol::layout_from_body(
-          core_.link(other).control->call(MessageType::begin_repair, {{"name", name_}})["layout"], "begin_repair");
+      const auto their_reply = core_.link(other).control->call(MessageType::begin_repair, {{"name", name_}});
+      const auto theirs = protocol::layout_from_body(their_reply["layout"], "begin_repair");
       taken_.push_back(&core_.link(other));
+      held_at_begin_ = std::max(held_at_begin_, their_reply.value("holders", std::uint64_t{1}));
       for (const auto& copy : theirs.stale)  // a mark one keeper missed: rebuilt all the same
         if (!protocol::is_stale(layout_, copy)) layout_.stale.push_back(copy);
       if (take_newer_runs(theirs)) behind_.push_back(first);
@@ -185,11 +198,14 @@ std::set<std::uint64_t> RepairJob::pause() {
   paused_at_ = std::chrono::steady_clock::now();
   const auto pause_limit = core_.timeout() + std::chrono::seconds(5);
   std::set<std::uint64_t> paused;
+  untouched_ = every_keeper_taken_;
   for (auto* keeper : taken_) {
     auto reply = keeper->control->call(
         MessageType::pause_holders, {{"name", name_}, {"timeout_ms", static_cast<std::uint64_t>(pause_limit.count())}},
         pause_limit);
-    report_.clients_paused = std::max(report_.clients_paused, protocol::get_u64(reply, "holders", "pause_holders"));
+    const auto holders = protocol::get_u64(reply, "holders", "pause_holders");
+    report_.clients_paused = std::max(report_.clients_paused, holders);
+    untouched_ = untouched_ && holders == 0 && reply.value("untouched", false);
     for (const auto& id : reply.value("clients", Body::array()))
       if (id.is_number_unsigned()) paused.insert(id.get<std::uint64_t>());
   }
@@ -198,7 +214,9 @@ std::set<std::uint64_t> RepairJob::pause() {
 
 void RepairJob::final_pass(const std::set<std::uint64_t>& paused) {
   check_sources(core_, name_, jobs_, paused);
-  recopy();
+  // Nobody held the buffer since the repair began, so nobody wrote it: the
+  // bulk copy is the source's bytes, and a digest pass would find nothing.
+  if (!untouched_) recopy();
   for (auto& job : jobs_) {
     const auto version = protocol::get_u64(
         job.from->control->call(MessageType::get_version, {{"name", job.source_name}}), "version", "get_version");

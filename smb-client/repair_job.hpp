@@ -76,6 +76,9 @@ class RepairJob {
   SegmentsAt opened_, allocated_;
   std::vector<CopyJob> jobs_;
   std::uint64_t copied_ = 0;  // bytes of the bulk copy
+  std::uint64_t held_at_begin_ = 1;  // the most holders a keeper counted at begin_repair
+  bool every_keeper_taken_ = false;
+  bool untouched_ = false;  // every keeper taken said nobody held the buffer since begin_repair
   std::optional<std::chrono::steady_clock::time_point> paused_at_;
   RepairReport report_;
 };

@@ -10,7 +10,8 @@
 // - Reads take each piece from its first usable copy and, when that server
 //   is lost during the read, read the piece again from the next
 //   (replicated_io.cpp).
-// - Vector ops and atomics take one order on every copy (ordered_ops.cpp).
+// - Vector ops and atomics take one order on every copy, passed down the
+//   chain of copies (ordered_ops.cpp).
 // - A copy that misses an op while its server may live is stale: recorded in
 //   the layout for every client before the op returns (mark_stale), and
 //   never read again until a repair rebuilds it (replicated_path.cpp).
@@ -66,17 +67,17 @@ class ReplicatedPath final : public DataPath {
   // The first copy of position p's stripes that takes changes (throws like first_usable).
   std::uint32_t first_taking_changes(std::uint32_t position, const char* op);
 
-  // Ordered ops on every copy (ordered_ops.cpp): `add` adds one position's
-  // calls on copy `replica`, tagged with `orders` (one per call) on the
-  // copies after the one that ordered them. Returns, per position, the
-  // replies of the copy whose order the op took.
+  // Ordered ops on every copy, down the chain of copies (ordered_ops.cpp):
+  // `add` adds one position's calls on copy `replica`, tagged with `orders`
+  // (one per call) on the copies after the one that ordered them. Returns,
+  // per position, the replies of the copy whose order the op took.
   using AddOrderedCalls = std::function<void(ServerCalls& calls, std::uint32_t position, std::uint32_t replica,
                                              const std::vector<std::uint64_t>* orders)>;
   std::vector<std::vector<protocol::FixedReply>> run_ordered(const std::vector<std::uint32_t>& positions,
                                                              const AddOrderedCalls& add, const char* op,
                                                              const Describe& what);
-  // Whether copy 0 of position p's stripes (on server p) still answers.
-  bool primary_answers(std::uint32_t position);
+  // Whether copy r of position p's stripes still answers.
+  bool answers(std::uint32_t position, std::uint32_t replica);
 
   detail::BufferCore& buffer_;
   std::mutex stale_mutex_;

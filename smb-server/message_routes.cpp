@@ -45,6 +45,14 @@ void auth_out_of_turn(Services&, Request&, const ReplyFn&) {
                               "secret)");
 }
 
+// A repair's start: the record is taken, and the pauses note who holds the
+// buffer from now on (an untouched buffer's copy needs no digest pass).
+void begin_repair(Services& s, Request& r, const ReplyFn& reply) {
+  auto answer = s.requests.begin_repair(r.session, r.body);
+  answer["holders"] = s.pauses.repair_began(r.session, protocol::get_name(r.body, "name", "begin_repair"));
+  reply(std::move(answer));
+}
+
 // A repair's end: the record takes the repaired runs, then its holders go on.
 void end_repair(Services& s, Request& r, const ReplyFn& reply) {
   reply(s.requests.end_repair(r.session, r.body));
@@ -145,7 +153,7 @@ constexpr std::array kRoutes{
     Route::for_call(MessageType::barrier_call),
     // Only a session's answer to its hello's challenge (control_session.cpp).
     Route{MessageType::auth, auth_out_of_turn},
-    Route{MessageType::begin_repair, at_once<&RequestHandler::begin_repair>},
+    Route{MessageType::begin_repair, begin_repair},
     Route{MessageType::end_repair, end_repair},
     Route{MessageType::hold_layout, pauses_at_once<&RepairPauses::hold>},
     Route{MessageType::set_version, set_version},

@@ -25,7 +25,9 @@ Body RepairPauses::hold(SessionId session, const Body& request) {
   if (it != buffers_.end() && it->second.pause) {
     reply["repairing"] = true;  // the open waits (client_core.cpp): the layout changes at the pause's end
   } else if (layout.replicas > 1) {  // only a replicated buffer is ever repaired
-    buffers_[name].holders[session] += 1;
+    auto& buffer = buffers_[name];
+    buffer.holders[session] += 1;
+    if (buffer.repair) buffer.repair->untouched = false;
     held_by_[session].insert(name);
     reply["held"] = true;
   }
@@ -58,8 +60,18 @@ void RepairPauses::drop_holder(const std::string& name, SessionId holder) {
   }
   if (it->second.pause)
     complete_if_acked(name);
-  else if (it->second.holders.empty())
-    buffers_.erase(it);
+  else
+    forget_if_idle(it);
+}
+
+void RepairPauses::forget_if_idle(std::map<std::string, Buffer>::iterator it) {
+  if (it->second.holders.empty() && !it->second.pause && !it->second.repair) buffers_.erase(it);
+}
+
+std::size_t RepairPauses::repair_began(SessionId repairer, const std::string& name) {
+  auto& buffer = buffers_[name];
+  buffer.repair = Repair{repairer, buffer.holders.empty()};
+  return buffer.holders.size();
 }
 
 void RepairPauses::answer_watch(SessionId holder, Body body) {
@@ -179,7 +191,9 @@ void RepairPauses::complete_if_acked(const std::string& name) {
   pause.answer_repairer = nullptr;
   Body clients = Body::array();
   for (const auto& [holder, opens] : buffer.holders) clients.push_back(identities_.of(holder));
-  answer(protocol::ok_reply({{"holders", buffer.holders.size()}, {"clients", std::move(clients)}}));
+  const bool untouched = buffer.repair && buffer.repair->repairer == pause.repairer && buffer.repair->untouched;
+  answer(protocol::ok_reply(
+      {{"holders", buffer.holders.size()}, {"clients", std::move(clients)}, {"untouched", untouched}}));
 }
 
 void RepairPauses::end_pause(const std::string& name, const std::optional<std::string>& failure) {
@@ -196,10 +210,16 @@ void RepairPauses::end_pause(const std::string& name, const std::optional<std::s
     layout = protocol::error_reply(e.code(), e.what());
   }
   for (auto& [watcher, answer] : pause.acks) answer(layout);
-  if (it->second.holders.empty()) buffers_.erase(it);
+  forget_if_idle(it);
 }
 
-void RepairPauses::resume(const std::string& name) { end_pause(name, std::nullopt); }
+void RepairPauses::resume(const std::string& name) {
+  end_pause(name, std::nullopt);
+  if (auto it = buffers_.find(name); it != buffers_.end()) {
+    it->second.repair.reset();
+    forget_if_idle(it);
+  }
+}
 
 void RepairPauses::session_closed(SessionId session) {
   news_.erase(session);
@@ -216,6 +236,13 @@ void RepairPauses::session_closed(SessionId session) {
     }
   }
   std::vector<std::string> abandoned;
+  for (auto it = buffers_.begin(); it != buffers_.end();) {
+    auto current = it++;  // forget_if_idle may erase it
+    if (current->second.repair && current->second.repair->repairer == session) {
+      current->second.repair.reset();
+      forget_if_idle(current);
+    }
+  }
   for (auto& [name, buffer] : buffers_) {
     if (!buffer.pause) continue;
     std::erase_if(buffer.pause->acks, [&](const auto& ack) { return ack.first == session; });

@@ -17,9 +17,12 @@
 //                                                     recorded stale (mark_stale), so that every holder
 //                                                     leaves it, not only the client that found it
 //   holder's watcher   ack_pause {holder, name, epoch} -> layout, once the pause ends
-//   repairer           pause_holders {name, timeout_ms} -> {holders, clients} once every holder acked
+//   repairer           begin_repair (request_handler) -> {layout, holders}: how many hold it now
+//   repairer           pause_holders {name, timeout_ms} -> {holders, clients, untouched} once every holder acked
 //                                                     (clients: the holders' identities, so that the repairer
-//                                                     can check that everyone with a copy open is among them)
+//                                                     can check that everyone with a copy open is among them;
+//                                                     untouched: nobody held it here since begin_repair, so
+//                                                     nobody can have written it: the copy needs no digest pass)
 //   repairer           end_repair (request_handler)    -> resumes: every ack is answered
 //
 // A holder's watcher runs on a connection of its own (the holder's main one
@@ -55,6 +58,9 @@ class RepairPauses {
   void watch(SessionId session, const Body& request, const ReplyFn& reply);
   void ack(SessionId session, const Body& request, const ReplyFn& reply);
   void pause(SessionId session, const Body& request, const ReplyFn& reply);
+  // A repair of `name` began here (begin_repair): returns how many hold it,
+  // and from now on notes whether anyone holds it before the pause.
+  std::size_t repair_began(SessionId repairer, const std::string& name);
   // The repair of `name` ended (end_repair): its holders go on, with the layout as it is now.
   void resume(const std::string& name);
   // A copy of `name` was recorded stale: its holders' watchers are told.
@@ -76,9 +82,14 @@ class RepairPauses {
     TimerPtr timer;
     std::vector<std::pair<SessionId, ReplyFn>> acks;  // (watcher, reply): answered at resume
   };
+  struct Repair {
+    SessionId repairer = 0;
+    bool untouched = true;  // nobody held the buffer since begin_repair
+  };
   struct Buffer {
     std::map<SessionId, std::uint32_t> holders;  // session -> opens
     std::optional<Pause> pause;
+    std::optional<Repair> repair;  // from begin_repair to end_repair (resume) or the repairer's end
   };
 
   Body layout_reply(const std::string& name) const;
@@ -91,6 +102,8 @@ class RepairPauses {
   // Ends a pause: acks are answered with the layout; a repairer still
   // waiting gets `failure` (or, empty, nothing: it went).
   void end_pause(const std::string& name, const std::optional<std::string>& failure);
+  // Forgets `name` once nothing is left of it: no holder, pause or repair.
+  void forget_if_idle(std::map<std::string, Buffer>::iterator it);
 
   boost::asio::io_context& io_;
   Registry& registry_;

@@ -66,7 +66,7 @@ struct BufferOptions {
 };
 
 /// The most copies of a buffer's stripes (BufferOptions::replicas).
-inline constexpr std::uint32_t kMaxReplicas = 2;
+inline constexpr std::uint32_t kMaxReplicas = 3;
 
 /// One copy of a buffer's stripes: copy `replica` on layout server `server`
 /// (index into Layout::servers).

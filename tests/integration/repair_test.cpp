@@ -14,6 +14,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -264,6 +265,45 @@ TEST_P(RepairTest, ARepairThatCannotPauseEveryHolderChangesNothing) {
   EXPECT_TRUE(got == pattern_bytes(0, got.size(), 1)) << "the write made while the failed repair ran";
   held.read(0, got);
   EXPECT_TRUE(got == pattern_bytes(0, got.size(), 1));
+}
+
+// A repair skips its digest passes only where nobody can have written the
+// buffer since it began: begin_repair says how many hold it, and the pause
+// says whether anyone held it there since (an open and a close in between
+// count: that client may have written).
+TEST_P(RepairTest, ThePauseSaysWhetherAnyoneHeldTheBufferSinceTheRepairBegan) {
+  make_client().create("quiet", 3 * kUnit * 2, replicated()).write(0, pattern_bytes(0, 3 * kUnit * 2));
+  const auto home = server(home_of("quiet")).address();
+  auto repair_by_hand = [&](const std::function<void()>& meanwhile) {
+    RawConnection raw(home);
+    raw.send(msgpack_frame(1, 1, {{"client", "test"}, {"transport", fabric_transport()}}));
+    EXPECT_TRUE(raw.receive());
+    raw.send(msgpack_frame(22, 2, {{"name", "quiet"}}));  // begin_repair
+    const auto began = raw.receive();
+    EXPECT_TRUE(began && began->body.contains("holders")) << (began ? began->body.dump() : "no reply");
+    meanwhile();
+    raw.send(msgpack_frame(29, 3, {{"name", "quiet"}, {"timeout_ms", 5000}}));  // pause_holders
+    const auto paused = raw.receive();
+    EXPECT_TRUE(paused && paused->body.contains("untouched")) << (paused ? paused->body.dump() : "no reply");
+    return std::make_pair(began ? began->body : nlohmann::json{}, paused ? paused->body : nlohmann::json{});
+  };  // the session's end ends its repair
+  const auto [began, paused] = repair_by_hand([] {});
+  EXPECT_EQ(began.value("holders", 9), 0) << began.dump();
+  EXPECT_TRUE(paused.value("untouched", false)) << "nobody held it: " << paused.dump();
+
+  const auto [began_again, paused_again] = repair_by_hand([&] {
+    auto client = make_client();
+    client.open("quiet").write(0, pattern_bytes(0, kUnit, 7));  // held, written, closed
+  });
+  EXPECT_EQ(began_again.value("holders", 9), 0) << began_again.dump();
+  EXPECT_FALSE(paused_again.value("untouched", true)) << "a client held it meanwhile: " << paused_again.dump();
+
+  auto holder = make_client();
+  auto held = holder.open("quiet");
+  const auto [began_held, paused_held] = repair_by_hand([] {});
+  EXPECT_EQ(began_held.value("holders", 9), 1) << began_held.dump();
+  EXPECT_FALSE(paused_held.value("untouched", true)) << paused_held.dump();
+  EXPECT_EQ(paused_held.value("holders", 9), 1) << paused_held.dump();
 }
 
 // A replicated buffer's layout record is kept by its home and the next

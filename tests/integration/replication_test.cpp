@@ -162,11 +162,11 @@ TEST_P(ReplicationTest, ABufferWithEveryCopyOfAStripeGoneIsLost) {
 
 TEST_P(ReplicationTest, ReplicasAreCheckedAndAtomicsGoOnAfterAKill) {
   auto client = make_client();
-  smb::BufferOptions three = replicated();
-  three.replicas = 3;
-  expect_error([&] { client.create("r3", 3 * kUnit, three); }, smb::Errc::invalid_argument, "replicas");
-  three.replicas = 0;
-  expect_error([&] { client.create("r0", 3 * kUnit, three); }, smb::Errc::invalid_argument, "replicas");
+  smb::BufferOptions four = replicated();
+  four.replicas = 4;  // more than kMaxReplicas and than the servers
+  expect_error([&] { client.create("r4", 3 * kUnit, four); }, smb::Errc::invalid_argument, "replicas");
+  four.replicas = 0;
+  expect_error([&] { client.create("r0", 3 * kUnit, four); }, smb::Errc::invalid_argument, "replicas");
   auto buffer = client.create("words", 3 * kUnit, replicated());
   EXPECT_EQ(buffer.fetch_add(8, 5), 0u);
   EXPECT_EQ(buffer.fetch_add(8, 2), 5u);

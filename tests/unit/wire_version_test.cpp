@@ -64,6 +64,7 @@ std::string wire_description() {
   smb::Layout layout{"w", 4096 + 5, 4096, {"127.0.0.1:7000", "127.0.0.1:7001"}, {8192, 5}, {11, 12}, 2,
                      {smb::CopyRef{0, 1}}};
   wire += proto::layout_to_body(layout).dump();
+  wire += "replicas<=" + std::to_string(smb::kMaxReplicas) + ";";  // what a layout record may hold
   wire += schema_bytes(proto::encode_frame(1, 7, proto::error_reply(smb::Errc::protocol, "why")));
   wire += layout_of("VectorCallBody", sizeof(proto::VectorCallBody), offsetof(proto::VectorCallBody, source_length),
                     offsetof(proto::VectorCallBody, offset), offsetof(proto::VectorCallBody, count),

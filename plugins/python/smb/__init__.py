@@ -282,7 +282,7 @@ class Client:
 
     def create(self, name, size, stripe_unit=1 << 20, servers=None, replicas=1):
         """Creates buffer `name` of `size` bytes, striped over `servers` (default: all), with
-        `replicas` copies of each stripe on distinct servers (2: survives the loss of a server)."""
+        `replicas` copies of each stripe on distinct servers (1 to 3; 2 survives the loss of a server, 3 of two)."""
         return Buffer(self, self._c.create(name, size, stripe_unit, _servers(servers), replicas))
 
     def open(self, name):
