@@ -46,6 +46,19 @@ def find_build_binary(*parts):
 
 SMBRUN = os.environ.get("SMBRUN") or find_build_binary("tools", "smbrun", "smbrun")
 SMB_BENCH = os.environ.get("SMB_BENCH") or find_build_binary("tools", "smb-bench")
+
+
+def smbrun_package_dir():
+    """Where the smbrun under test finds the smb package (its wrapper's _PACKAGE_DIR)."""
+    try:
+        with open(SMBRUN, encoding="utf-8", errors="replace") as f:
+            found = re.search(r'^_PACKAGE_DIR = "([^"]*)"', f.read(), re.M)
+    except (OSError, TypeError):
+        return None
+    return found.group(1) if found and os.path.isdir(found.group(1)) else None
+
+
+SMB_PACKAGE_DIR = smbrun_package_dir()
 if not os.environ.get("SMB_SMBD"):
     found = find_build_binary("smb-server", "smbd")
     if found:
@@ -359,6 +372,38 @@ done
         first.popen.send_signal(signal.SIGTERM)
         first.wait(15)
         self.assert_nothing_left(first)
+
+    @unittest.skipUnless(SMB_PACKAGE_DIR, "smbrun's smb package not found")
+    def test_prints_the_groups_smb_torch_forms(self):
+        # The line must say what smb.torch does: each worker reports the
+        # group (cross_rank) that smb.collective.basics gives it.
+        code = ("import sys\n"
+                f"sys.path.insert(0, {SMB_PACKAGE_DIR!r})\n"
+                "from smb.collective.basics import _topology\n"
+                "rank, _, _, _, group = _topology(None, None, None, None)\n"
+                "print(f'rank {rank} group {group}', flush=True)\n")
+        default = "4 workers in 1 group (all local ranks; set SMB_TORCH_GROUP_SIZE=N for groups of N)"
+        cases = [
+            ({}, [], default, [[0, 1, 2, 3]]),
+            ({"SMB_TORCH_GROUP_SIZE": "2"}, [],
+             "4 workers in 2 groups of 2 (SMB_TORCH_GROUP_SIZE=2): [0,1] [2,3]", [[0, 1], [2, 3]]),
+            ({"SMB_TORCH_GROUP_SIZE": "2"}, ["-x", "SMB_TORCH_GROUP_SIZE=1"],   # -x wins
+             "4 workers in 4 groups of 1 (SMB_TORCH_GROUP_SIZE=1): [0] [1] [2] [3]", [[0], [1], [2], [3]]),
+            ({"SMB_TORCH_GROUP_SIZE": "3"}, [],                                 # no divisor: ignored
+             "4 workers in 1 group (all local ranks; SMB_TORCH_GROUP_SIZE=3 ignored: not a positive "
+             "divisor of 4)", [[0, 1, 2, 3]]),
+        ]
+        for env, extra, line, groups in cases:
+            with self.subTest(env=env, extra=extra):
+                run = self.run_smbrun("-np", "4", "--capacity", CAPACITY, *extra, "--", *self.worker(code),
+                                      env=env, drop_env=("SMB_TORCH_GROUP_SIZE",))
+                self.assertEqual(run.code, 0, run.stderr)
+                printed = [l for l in run.stderr.splitlines() if " group" in l and l.startswith("smbrun: ")]
+                self.assertEqual(printed, [f"smbrun: {line}"], run.stderr)
+                formed = {}
+                for m in re.finditer(r"rank (\d+) group (\d+)", run.stdout):
+                    formed.setdefault(int(m.group(2)), []).append(int(m.group(1)))
+                self.assertEqual(sorted(sorted(g) for g in formed.values()), groups, run.stdout)
 
     def test_finds_smbd_in_its_build_tree(self):
         smbd = os.path.join(os.path.dirname(os.path.realpath(SMBRUN)), "..", "..", "smb-server", "smbd")

@@ -73,6 +73,10 @@ environment of each worker (local launch):
   MASTER_ADDR=127.0.0.1, MASTER_PORT  a free port chosen by smbrun
   plus smbrun's own environment and every -x NAME=VALUE.
   Rank 0 inherits smbrun's stdin, the others read /dev/null.
+  smb.torch's groups (its hybrid modes average inside a group every step):
+  all the ranks of a host, so one group here, unless SMB_TORCH_GROUP_SIZE=G
+  (G dividing the number of workers) makes groups of G consecutive ranks.
+  smbrun prints the groups at start.
 
 per-job credentials:
   Where $SMB_AUTH_TOKEN_FILE holds the servers' shared secret (smbd
@@ -393,6 +397,43 @@ def parse_hostfile(path):
     if not hosts:
         raise UsageError(f"--hostfile {path}: no host in it")
     return hosts
+
+
+# ---------------------------------------------------------------- groups
+
+def torch_group_size(env, size):
+    """SMB_TORCH_GROUP_SIZE as smb.torch reads it (smb/collective/basics.py,
+    _topology): taken only when a positive integer that divides the job's
+    size, else ignored. Returns (N or None, the text when set but ignored)."""
+    text = env.get("SMB_TORCH_GROUP_SIZE", "")
+    if text.isdigit() and int(text) > 0 and size % int(text) == 0:
+        return int(text), None
+    return None, (text or None)
+
+
+def describe_groups(size, env, hostlist=(), elastic=False):
+    """The one line smbrun prints at start: how smb.torch will group the
+    workers (its hybrid modes average inside a group; on one host all ranks
+    form one group by default, where sync and downpour train as Horovod)."""
+    workers = f"{size} worker{'s' if size != 1 else ''}"
+    if elastic:
+        return f"{workers}, elastic: each round's workers form 1 group (SMB_TORCH_GROUP_SIZE does not apply)"
+    group, ignored = torch_group_size(env, size)
+    if group is not None:
+        count = size // group
+        spans = [list(range(g * group, (g + 1) * group)) for g in range(count)]
+        shown = spans if count <= 8 else spans[:4] + [None] + spans[-1:]
+        text = " ".join("..." if s is None else
+                        "[" + (",".join(map(str, s)) if len(s) <= 4 else f"{s[0]}..{s[-1]}") + "]"
+                        for s in shown)
+        return (f"{workers} in {count} group{'s' if count != 1 else ''} of {group} "
+                f"(SMB_TORCH_GROUP_SIZE={group}): {text}")
+    why = (f"SMB_TORCH_GROUP_SIZE={ignored} ignored: not a positive divisor of {size}" if ignored
+           else "set SMB_TORCH_GROUP_SIZE=N for groups of N")
+    if hostlist:
+        hosts = " ".join(f"{h}:{s}" for h, s in hostlist)
+        return f"{workers} in groups by host, as mpirun places the ranks ({hosts}; {why})"
+    return f"{workers} in 1 group (all local ranks; {why})"
 
 
 # ---------------------------------------------------------------- helpers
@@ -1086,6 +1127,9 @@ class Launcher:
             job_id = self.args.job_id or new_job_id()
             self.make_job_credential(job_id)
             master_port = self.args.master_port or free_port()
+            # Effective worker environment: -x NAME=VALUE overrides smbrun's own.
+            log(describe_groups(self.args.np, self.base_env(job_id, "127.0.0.1", master_port),
+                                self.args.hostlist, self.args.elastic))
             if self.args.elastic:
                 from .run_elastic import ElasticDriver
                 status = ElasticDriver(self, job_id, master_port).run()

@@ -10,8 +10,10 @@ smb.torch, Horovod's API over the fabric.
 
 Workers of one node form a group (the hybrid modes average gradients in
 the group every step and exchange weights with the fabric every tau
-steps); SMB_TORCH_GROUP_SIZE=2 makes groups of 2 on one machine. Prints
-the test accuracy after each epoch; --json prints one JSON line per epoch.
+steps), so on one machine all of them are one group and sync or downpour
+train as horovod mode does; SMB_TORCH_GROUP_SIZE=2 makes groups of 2
+there (smbrun prints the groups at start). Prints the test accuracy after
+each epoch; --json prints one JSON line per epoch.
 """
 
 import argparse
