@@ -243,13 +243,20 @@ class Collective:
         rank's metadata differs (read the slots, check() names it). Where a
         rank is late it waits as arrive() does, joins and stalls included."""
         key, blob = self._keyed(key_of, meta)
-        g = self.generation = self.generation + 1
+        g = self.generation + 1
         self.joined = set()
-        if timeline.recording():
-            with timeline.phase("NEGOTIATE_ALLREDUCE"):
+        try:
+            if timeline.recording():
+                with timeline.phase("NEGOTIATE_ALLREDUCE"):
+                    outcome = self.board.allreduce(g, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
+            else:
                 outcome = self.board.allreduce(g, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
-        else:
-            outcome = self.board.allreduce(g, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
+        except smb.InvalidArgument as e:  # refused before anything was written
+            raise self._unposted(e) from e
+        except BaseException:
+            self.generation = g  # posted, or maybe: the next call is the next generation
+            raise
+        self.generation = g
         if outcome == _core.ArrivalBoard.WAITING:
             with timeline.phase("NEGOTIATE_ALLREDUCE"):
                 self._wait_for_everyone(g, first=False)
@@ -257,14 +264,23 @@ class Collective:
         return outcome == _core.ArrivalBoard.REDUCED
 
     def _arrive(self, op, key, blob, payload):
-        nbytes = 0 if payload is None else len(memoryview(payload).cast("B"))
-        if 24 + _round_up(nbytes, 8) + len(blob) > self.group.slot_bytes:
-            raise CollectiveError(f"{self.name}: metadata of {len(blob)} bytes and {nbytes} of tensor do not fit "
-                                  f"its slot of {self.group.slot_bytes}")
-        g = self.generation = self.generation + 1
+        g = self.generation + 1
         with timeline.phase("NEGOTIATE_" + str(op).upper()):
-            self.board.post(g, key, payload, blob)
+            try:
+                self.board.post(g, key, payload, blob)
+            except smb.InvalidArgument as e:  # refused before anything was written
+                raise self._unposted(e) from e
+            except BaseException:
+                self.generation = g  # posted, or maybe: the next call is the next generation
+                raise
+            self.generation = g
             self._wait_for_everyone(g)
+
+    def _unposted(self, error):
+        """The error for a slot the board refused before writing anything
+        (ArrivalBoard::write_slot: it does not fit). The caller leaves the
+        generation as it was, so the collective goes on with a call that fits."""
+        return CollectiveError(f"collective '{self.name}': {error}")
 
     def reduce_inline(self, key, dtype, red, out):
         """After arrive_keyed(): the reduction of the live ranks' payloads into
