@@ -261,16 +261,40 @@ std::vector<std::string> ClientCore::keepers_of(std::string_view name) const {
   return {sorted_servers_[home], sorted_servers_[(home + 1) % n]};
 }
 
+namespace {
+// The keepers' "no buffer named 'x'" (not "still being created").
+bool mentions_no_buffer(const Error& e) { return std::string_view(e.what()).find("no buffer named") != std::string_view::npos; }
+}  // namespace
+
+// A name its keepers do not know: says which servers were asked, since the
+// usual cause is another server list than the creator's (names are placed
+// by hashing over the sorted list, so another list asks other keepers).
+Error ClientCore::unknown_name(const std::string& name, const Error& at_keeper) const {
+  const auto keepers = keepers_of(name);
+  std::string asked = keepers[0] + (keepers.size() > 1 ? " and " + keepers[1] : "");
+  std::string listed;
+  for (const auto& s : sorted_servers_) listed += (listed.empty() ? "" : ",") + s;
+  return Error(Errc::not_found,
+               "no buffer named '" + name + "': its keeper" + (keepers.size() > 1 ? "s " : " ") + asked +
+                   " (placed by the " + std::to_string(sorted_servers_.size()) + " server(s) this client lists: " +
+                   listed + ") " + (keepers.size() > 1 ? "do" : "does") + " not have it. A buffer made by a client listing other servers is kept elsewhere: " +
+                   "list the same servers as its creator (SMB_SERVERS / --servers); `smbctl ls` lists what these "
+                   "servers hold [" + at_keeper.what() + "]");
+}
+
 std::pair<Body, std::string> ClientCore::ask_keepers(const std::string& name, MessageType type, const Body& request) {
   const auto keepers = keepers_of(name);
   try {
     return {home_link(name).control->call(type, request), keepers[0]};
   } catch (const Error& at_home) {
     // Not there: the home is gone, or restarted without the record.
+    const bool unknown = at_home.code() == Errc::not_found && mentions_no_buffer(at_home);
+    if (keepers.size() == 1 && unknown) throw unknown_name(name, at_home);
     if (keepers.size() == 1 || !(is_absence(at_home) || at_home.code() == Errc::not_found)) throw;
     try {
       return {link(keepers[1]).control->call(type, request), keepers[1]};
     } catch (const Error& next) {
+      if (unknown && next.code() == Errc::not_found && mentions_no_buffer(next)) throw unknown_name(name, at_home);
       if (next.code() == Errc::not_found) throw at_home;
       if (is_absence(next))
         throw Error(at_home.code(), std::string(at_home.what()) + " (and its other keeper cannot be reached: " +

@@ -142,6 +142,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // `request` to the first keeper of `name` that has its record: the home,
   // else (unreachable, or restarted without it) the next. Returns the reply
   // and that keeper; throws the home's error when none has it.
+  // The not_found error for a name its keepers do not have, naming the
+  // servers asked and the likely cause (another server list).
+  Error unknown_name(const std::string& name, const Error& at_keeper) const;
   std::pair<protocol::Body, std::string> ask_keepers(const std::string& name, protocol::MessageType type,
                                                      const protocol::Body& request);
   // Opens every present copy's segment, adding each to `opened`.

@@ -104,7 +104,9 @@ protocol::Body ControlConnection::call(protocol::MessageType type, const protoco
     throw Error(Errc::protocol, "server " + peer_ + ": " + what + ": reply does not match the request");
   }
   auto reply = protocol::decode_body(body);
-  protocol::throw_if_error(reply, "server " + peer_ + ": " + what);
+  // The server's own words say what went wrong; the request's internal
+  // name (reserve_name, hold_layout) would only puzzle a user.
+  protocol::throw_if_error(reply, "server " + peer_);
   return reply;
 }
 

@@ -2,6 +2,7 @@
 
 #include "protocol/messages.hpp"
 
+#include <boost/asio/ip/tcp.hpp>
 #include <prometheus/counter.h>
 #include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
@@ -85,11 +86,43 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
 
 Metrics::~Metrics() = default;
 
+namespace {
+// Why HOST:PORT cannot be listened on, in words: the HTTP server only says
+// "null context when constructing CivetServer", so bind it ourselves to learn.
+std::string why_not_listening(const std::string& listen, const std::string& fallback) {
+  namespace ip = boost::asio::ip;
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos) return fallback;
+  boost::system::error_code ec;
+  const auto address = ip::make_address(listen.substr(0, colon), ec);
+  if (ec) return fallback;  // a host name: the HTTP server's own words
+  unsigned long port = 0;
+  try {
+    port = std::stoul(listen.substr(colon + 1));
+  } catch (const std::exception&) {
+    return fallback;
+  }
+  if (port > 65535) return "port " + std::to_string(port) + " is not a TCP port (0-65535)";
+  boost::asio::io_context io;
+  ip::tcp::acceptor probe(io);
+  const ip::tcp::endpoint at(address, static_cast<unsigned short>(port));
+  probe.open(at.protocol(), ec);
+  if (!ec) probe.bind(at, ec);
+  if (ec == boost::asio::error::address_in_use)
+    return "port " + std::to_string(port) + " is in use (another smbd's --metrics, or another program): give "
+                                            "--metrics another port";
+  if (ec == boost::system::errc::address_not_available)
+    return listen.substr(0, colon) + " is not an address of this host";
+  if (ec) return ec.message();
+  return fallback;
+}
+}  // namespace
+
 void Metrics::serve(const std::string& listen) {
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/1);
   } catch (const std::exception& e) {
-    throw Error(Errc::unreachable, "--metrics " + listen + ": cannot listen there: " + e.what());
+    throw Error(Errc::unreachable, "--metrics " + listen + ": cannot listen there: " + why_not_listening(listen, e.what()));
   }
   exposer_->RegisterCollectable(registry_);
 }

@@ -42,7 +42,9 @@ void RequestHandler::check_fits(const Layout& layout) const {
     if (!is_me(layout.servers[i])) continue;
     if (layout.shares[i] > capacity)
       throw Error(Errc::no_space, "buffer '" + layout.name + "': its share of " + util::format_bytes(layout.shares[i]) +
-                                      " on this server exceeds its capacity of " + util::format_bytes(capacity));
+                                      " on this server exceeds its capacity of " + util::format_bytes(capacity) +
+                                      ": start smbd with a larger --capacity, stripe the buffer over more servers, or "
+                                      "make it smaller");
     if (!layout.instances.empty() && layout.instances[i] != identity_.instance)
       throw Error(Errc::invalid_argument, "buffer '" + layout.name + "': its layout names another run of this server (" +
                                               "it restarted since the client connected): reconnect and retry");

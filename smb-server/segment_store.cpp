@@ -52,7 +52,9 @@ transport::SegmentDescriptor SegmentStore::alloc_segment(SessionId session, cons
   if (!offset)
     throw Error(Errc::no_space, "not enough free memory for " + util::format_bytes(length) + " of buffer '" +
                                     name + "' (largest free range " +
-                                    util::format_bytes(allocator_.largest_free()) + ")");
+                                    util::format_bytes(allocator_.largest_free()) +
+                                    "): free some (`smbctl ls` lists the buffers, `smbctl rm NAME` removes one), "
+                                    "start smbd with a larger --capacity, or stripe over more servers");
   auto segment = std::make_shared<Segment>();
   segment->name = name;
   segment->pool_offset = *offset;

@@ -83,7 +83,13 @@ TEST_P(ErrorCodesTest, MisalignedAtomicIsInvalidArgument) {
 
 TEST_P(ErrorCodesTest, UnknownNameIsNotFound) {
   auto other = make_client();
-  EXPECT_TRUE(mentions(expect_errc(Errc::not_found, [&] { other.open("nope"); }, "open"), "nope"));
+  const auto msg = expect_errc(Errc::not_found, [&] { other.open("nope"); }, "open");
+  EXPECT_TRUE(mentions(msg, "nope"));
+  // Which servers were asked, and the usual cause; not the request's internal name.
+  EXPECT_TRUE(mentions(msg, "keeper")) << msg;
+  EXPECT_TRUE(mentions(msg, "SMB_SERVERS")) << msg;
+  for (const auto& a : addresses()) EXPECT_TRUE(mentions(msg, a)) << "the servers listed: " << msg;
+  EXPECT_FALSE(mentions(msg, "hold_layout")) << msg;
   expect_errc(Errc::not_found, [&] { other.info("nope"); }, "info");
   expect_errc(Errc::not_found, [&] { other.destroy("nope"); }, "destroy");
 }
@@ -101,10 +107,17 @@ TEST_P(ErrorCodesTest, TooBigIsNoSpaceAndLeavesNothingBehind) {
   const std::uint64_t everything = static_cast<std::uint64_t>(server_count()) * (64u << 20);
   const auto msg = expect_errc(Errc::no_space, [&] { client_->create("huge", everything); }, "all capacity again");
   EXPECT_TRUE(mentions(msg, "huge"));
+  EXPECT_TRUE(mentions(msg, "smbctl rm")) << "what to do next: " << msg;
+  EXPECT_FALSE(mentions(msg, "alloc_segment")) << msg;
   bool names_a_server = false;
   for (const auto& a : addresses()) names_a_server |= msg.find(a) != std::string::npos;
   EXPECT_TRUE(names_a_server) << "the message should say which server is full: " << msg;
-  expect_errc(Errc::no_space, [&] { client_->create("huge", 1ull << 62); }, "2^62 bytes");
+  const auto beyond = expect_errc(Errc::no_space, [&] { client_->create("huge", 1ull << 62); }, "2^62 bytes");
+  EXPECT_TRUE(mentions(beyond, "--capacity") || mentions(beyond, "256 TiB")) << "what to do next: " << beyond;
+  const auto over = expect_errc(Errc::no_space, [&] { client_->create("huge", (64ull << 20) * 2 * server_count()); },
+                                "twice the capacity");
+  EXPECT_TRUE(mentions(over, "larger --capacity")) << "what to do next: " << over;
+  EXPECT_FALSE(mentions(over, "reserve_name")) << over;
   smb::BufferOptions one_server;
   one_server.servers = {addresses().front()};
   expect_errc(Errc::no_space, [&] { client_->create("huge", (64u << 20) + 1, one_server); }, "one server");

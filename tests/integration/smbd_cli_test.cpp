@@ -117,6 +117,15 @@ TEST(SmbdCli, PortInUseExitsNonZeroAndSaysSo) {
   EXPECT_TRUE(first.running()) << "the first daemon must be unaffected";
 }
 
+TEST(SmbdCli, MetricsPortInUseExitsNonZeroAndSaysSo) {
+  SmbdProcess first;  // its control port is the busy one
+  const auto r = run_smbd({"--listen", "127.0.0.1:0", "--capacity", "64M", "--metrics", first.address()});
+  EXPECT_TRUE(r.status.exited && r.status.code != 0) << r.describe();
+  const auto port = first.address().substr(first.address().rfind(':') + 1);
+  EXPECT_NE(r.err.find("port " + port + " is in use"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("CivetServer"), std::string::npos) << "the HTTP library's words, not ours:\n" << r.err;
+}
+
 TEST(SmbdCli, CapacityBeyondTheMachineExitsNonZeroAndSaysSo) {
   const auto r = run_smbd({"--listen", "127.0.0.1:0", "--capacity", "64T"});
   EXPECT_TRUE(r.status.exited && r.status.code != 0) << r.describe();
