@@ -130,6 +130,12 @@ Body CopyPuller::pull(const Body& request) {
     get.completion.reset();
   };
   std::uint64_t bytes = 0;
+  struct Linger {  // on every way out, after the gets below have ended
+    CopyPuller& self;
+    std::unique_ptr<transport::Channel>& channel;
+    std::unique_ptr<transport::RemoteSegment>& remote;
+    ~Linger() { self.linger(std::move(channel), std::move(remote)); }
+  } lingers{*this, channel, remote};
   try {
     std::size_t next = 0;
     for (const auto& range : ranges) {
@@ -153,6 +159,22 @@ Body CopyPuller::pull(const Body& request) {
     throw;
   }
   return protocol::ok_reply({{"bytes", bytes}});
+}
+
+void CopyPuller::linger(std::unique_ptr<transport::Channel> channel, std::unique_ptr<transport::RemoteSegment> remote) {
+  constexpr auto kLinger = std::chrono::seconds(3);
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Lingering> expired;  // closed outside the lock
+  std::lock_guard lock(lingering_mutex_);
+  for (auto it = lingering_.begin(); it != lingering_.end();) {
+    if (now - it->done > kLinger) {
+      expired.push_back(std::move(*it));
+      it = lingering_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  lingering_.push_back({now, std::move(channel), std::move(remote)});
 }
 
 }  // namespace smb::server

@@ -13,10 +13,12 @@
 #include "transport/registry.hpp"
 #include "transport/transport.hpp"
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace smb::server {
 
@@ -40,6 +42,20 @@ class CopyPuller {
   SegmentStore& store_;
   std::mutex mutex_;  // guards client_'s creation
   std::unique_ptr<transport::ClientTransport> client_;
+
+  // A pull's channel lingers a few seconds before it is closed (on a later
+  // pull, or at this smbd's exit): UCX 1.13 aborts the source smbd when the
+  // connection drops while its wire-up reply is still queued there
+  // (ucp_request.c:684, "got REP message"), which a pull of a few KiB, over
+  // before the wire-up, risked. Declared after client_: closed before it.
+  struct Lingering {
+    std::chrono::steady_clock::time_point done;
+    std::unique_ptr<transport::Channel> channel;
+    std::unique_ptr<transport::RemoteSegment> remote;  // released first
+  };
+  void linger(std::unique_ptr<transport::Channel> channel, std::unique_ptr<transport::RemoteSegment> remote);
+  std::mutex lingering_mutex_;
+  std::vector<Lingering> lingering_;
 };
 
 }  // namespace smb::server
