@@ -5,6 +5,7 @@ measured table into its marked section of docs/benchmarks.md."""
 import argparse
 import os
 import re
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch and python3-numpy (not the first on PATH)
@@ -30,3 +31,11 @@ def replace_section(path, begin, end, text, heading=None):
         doc = doc.rstrip() + "\n\n" + (f"{heading}\n\n" if heading else "") + text + "\n"
     with open(path, "w") as f:
         f.write(doc)
+
+
+def seconds_per_call(call, iters):
+    """The mean wall time of `iters` calls of call(), back to back."""
+    begin = time.perf_counter()
+    for _ in range(iters):
+        call()
+    return (time.perf_counter() - begin) / iters

@@ -17,18 +17,10 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
-from bench_common import ROOT
+from bench_common import ROOT, seconds_per_call as per_op
 
 STRIPE = 4096
-
-
-def per_op(op, iters):
-    begin = time.perf_counter()
-    for _ in range(iters):
-        op()
-    return (time.perf_counter() - begin) / iters
 
 
 def main():

@@ -17,15 +17,11 @@ import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+from bench_common import ROOT, seconds_per_call
 
 
 def per_cycle(client, name, iters):
-    begin = time.perf_counter()
-    for _ in range(iters):
-        client.lock(name).unlock()
-    return (time.perf_counter() - begin) / iters
+    return seconds_per_call(lambda: client.lock(name).unlock(), iters)
 
 
 def main():

@@ -245,18 +245,11 @@ class Collective:
         key, blob = self._keyed(key_of, meta)
         g = self.generation + 1
         self.joined = set()
-        try:
-            if timeline.recording():
-                with timeline.phase("NEGOTIATE_ALLREDUCE"):
-                    outcome = self.board.allreduce(g, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
-            else:
-                outcome = self.board.allreduce(g, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
-        except smb.InvalidArgument as e:  # refused before anything was written
-            raise self._unposted(e) from e
-        except BaseException:
-            self.generation = g  # posted, or maybe: the next call is the next generation
-            raise
-        self.generation = g
+        if timeline.recording():
+            with timeline.phase("NEGOTIATE_ALLREDUCE"):
+                outcome = self._post(g, self.board.allreduce, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
+        else:
+            outcome = self._post(g, self.board.allreduce, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
         if outcome == _core.ArrivalBoard.WAITING:
             with timeline.phase("NEGOTIATE_ALLREDUCE"):
                 self._wait_for_everyone(g, first=False)
@@ -266,21 +259,23 @@ class Collective:
     def _arrive(self, op, key, blob, payload):
         g = self.generation + 1
         with timeline.phase("NEGOTIATE_" + str(op).upper()):
-            try:
-                self.board.post(g, key, payload, blob)
-            except smb.InvalidArgument as e:  # refused before anything was written
-                raise self._unposted(e) from e
-            except BaseException:
-                self.generation = g  # posted, or maybe: the next call is the next generation
-                raise
-            self.generation = g
+            self._post(g, self.board.post, key, payload, blob)
             self._wait_for_everyone(g)
 
-    def _unposted(self, error):
-        """The error for a slot the board refused before writing anything
-        (ArrivalBoard::write_slot: it does not fit). The caller leaves the
-        generation as it was, so the collective goes on with a call that fits."""
-        return CollectiveError(f"collective '{self.name}': {error}")
+    def _post(self, g, board_call, *args):
+        """board_call(g, *args), which writes this rank's slot of generation
+        g; the generation moves to g unless the board refused the slot before
+        writing anything (ArrivalBoard::write_slot: it does not fit), so the
+        collective goes on with a call that fits."""
+        try:
+            result = board_call(g, *args)
+        except smb.InvalidArgument as e:
+            raise CollectiveError(f"collective '{self.name}': {e}") from e
+        except BaseException:
+            self.generation = g  # posted, or maybe: the next call is the next generation
+            raise
+        self.generation = g
+        return result
 
     def reduce_inline(self, key, dtype, red, out):
         """After arrive_keyed(): the reduction of the live ranks' payloads into
