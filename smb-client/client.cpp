@@ -77,6 +77,7 @@ Buffer Client::open_or_create(std::string_view name, std::uint64_t size, const B
 
 void Client::destroy(std::string_view name) { core_->destroy(name); }
 std::vector<ServerStatus> Client::status() { return core_->status(); }
+std::vector<ServerDiagnosis> Client::diagnose() { return core_->diagnose(); }
 Lock Client::lock(std::string_view name, const LockOptions& options) { return core_->lock(name, options); }
 void Client::barrier(std::string_view name, std::uint32_t parties, std::chrono::milliseconds timeout) {
   core_->barrier(name, parties, timeout);

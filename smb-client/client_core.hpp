@@ -87,6 +87,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   RepairReport repair(std::string_view name);  // repair.cpp: a RepairJob, again while a client cannot be paused yet
   std::map<std::string, std::string> unreachable_servers() const;
   std::vector<std::string> describe_paths();
+  std::vector<ServerDiagnosis> diagnose();  // diagnose.cpp
 
   // Connects on first use, so a layout may name servers this client was not given.
   // A server that could not be reached fails at once for a second, then is tried again.

@@ -14,6 +14,7 @@
 #include "util/random_id.hpp"
 
 #include <smb/client.hpp>
+#include <smb/host_checks.hpp>
 
 #include <spdlog/spdlog.h>
 #include <boost/asio.hpp>
@@ -54,6 +55,30 @@ void apply_fd_limit(smb::server::ConnectionLimits& limits) {
                  limits.max_connections, usable, budget);
   }
   spdlog::info("connections: at most {} (open-file limit {})", limits.max_connections, usable);
+}
+
+// This host's checks for its transport and pool (smbctl doctor shows the
+// same, and asks running servers for theirs), logged once: what is not ok
+// with its fix, before a client runs into it.
+void log_host_checks(std::string_view transport, std::uint64_t pool_bytes) {
+  using Level = smb::HostFinding::Level;
+  try {
+    unsigned ok = 0;
+    for (const auto& f : smb::check_this_host({.transport = std::string(transport), .pinned_bytes = pool_bytes})) {
+      if (f.level == Level::ok) {
+        ++ok;
+        spdlog::debug("host check {}: {}", f.check, f.detail);
+        continue;
+      }
+      const auto level = f.level == Level::fail   ? spdlog::level::err
+                         : f.level == Level::warn ? spdlog::level::warn
+                                                  : spdlog::level::info;
+      spdlog::log(level, "host check {}: {}{}", f.check, f.detail, f.fix.empty() ? "" : "; fix: " + f.fix);
+    }
+    spdlog::info("host checks: {} ok ('smbctl doctor' lists them)", ok);
+  } catch (const std::exception& e) {
+    spdlog::warn("host checks could not run: {}", e.what());
+  }
 }
 
 // A handler that throws must not end the daemon: log it and serve on (Asio's
@@ -161,6 +186,7 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
 
   spdlog::info("pool of {} ({} pages), transport {}", smb::util::format_bytes(pool.size()),
                pool.huge_pages() ? "huge" : "normal", transport->name());
+  log_host_checks(transport->name(), pool.size());
   std::cout << "smbd ready on " << identity.address << std::endl;
   notifier.ready(status);
   run_io(io);

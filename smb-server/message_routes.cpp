@@ -90,6 +90,8 @@ void on_workers(Services& s, Request& r, const ReplyFn& reply) {
 
 Body digests_of(Services& s, const Body& body) { return s.requests.segment_digest(body); }
 Body pulled(Services& s, const Body& body) { return s.puller.pull(body); }
+// The host's checks open RDMA devices and UCX: not on the io thread.
+Body diagnosed(Services& s, const Body& body) { return s.requests.diagnose(body); }
 
 // A copy pulled from another smbd with a client's ticket: the fabric's
 // secret only (a repair is the operator's), no job's credential.
@@ -168,6 +170,7 @@ constexpr std::array kRoutes{
     Route{MessageType::server_map, at_once<&RequestHandler::server_map>},
     Route{MessageType::replace_server, replace_server},
     Route{MessageType::pull_copy, pull_copy},
+    Route{MessageType::diagnose, on_workers<diagnosed>},
 };
 
 static_assert(kRoutes.size() == protocol::kMessages.size(), "kRoutes: one entry per message of the schema");

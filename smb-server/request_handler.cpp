@@ -1,10 +1,13 @@
 #include "request_handler.hpp"
 
+#include "host/findings_codec.hpp"
 #include "protocol/layout_codec.hpp"
 #include "protocol/segment_codec.hpp"
 #include "util/parse.hpp"
 
 #include <spdlog/spdlog.h>
+
+#include <chrono>
 
 namespace smb::server {
 
@@ -266,6 +269,15 @@ Body RequestHandler::list_layouts(const Body& req, std::string_view scope) {
   Body layouts = Body::array();
   for (const auto& l : page.items) layouts.push_back(protocol::layout_to_body(l));
   return page_reply(Body::object(), "layouts", page, std::move(layouts));
+}
+
+Body RequestHandler::diagnose(const Body&) {
+  const auto checks = check_this_host({.transport = identity_.transport,
+                                       .pinned_bytes = registry_.store().stats().capacity,
+                                       .connections = 0});
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return protocol::ok_reply({{"checks", host::findings_to_body(checks)},
+                             {"clock_ns", std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()}});
 }
 
 }  // namespace smb::server

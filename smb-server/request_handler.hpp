@@ -54,6 +54,9 @@ class RequestHandler {
   // server was told, handed to every client in its hello.
   Body server_map(SessionId session, const Body& request);
   Body replace_server(SessionId session, const Body& request);  // its route admits no credential's session
+  // This host's checks for this server's transport and pool (smbctl
+  // doctor), and its clock as the answer is made; any thread.
+  Body diagnose(const Body& request);
   // An ordered op on segment `name` waited in vain for the op before it.
   void fell_behind(const std::string& name) { registry_.store().fell_behind(name); }
   // Runs a vector op (vector_runs.hpp); with `wait` false: nullopt when

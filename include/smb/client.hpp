@@ -12,6 +12,7 @@
 /// to overlapping bytes that are in flight at the same time land in no
 /// defined order; atomics on one 8-byte word are atomic across all clients.
 #include <smb/error.hpp>
+#include <smb/host_checks.hpp>
 #include <smb/vector_ops.hpp>
 
 #include <chrono>
@@ -148,6 +149,22 @@ struct ServerStatus {
   std::vector<BufferSummary> buffers;
   ServerActivity activity;
   ServerWaits waiting;
+};
+
+/// What one server says of its host (Client::diagnose, smbctl doctor).
+struct ServerDiagnosis {
+  std::string address;
+  /// false: it could not be asked (error says why), and the rest is empty.
+  bool reachable = true;
+  std::string error;
+  /// Its host's checks for its transport and pool (the same smbd logs at
+  /// start-up), as its own process sees them: its limits, its devices.
+  std::vector<HostFinding> findings;
+  /// Its clock minus this host's, known to within clock_uncertainty (half
+  /// the round trip of the call that read it).
+  std::chrono::nanoseconds clock_offset{0};
+  std::chrono::nanoseconds clock_uncertainty{0};
+  std::chrono::nanoseconds round_trip{0};
 };
 
 /// What Client::repair did to one buffer.
@@ -368,6 +385,9 @@ class Client {
               const std::optional<BufferOptions>& options = std::nullopt);
 
   std::vector<ServerStatus> status();
+  /// Every server's host checks and clock offset (smbctl doctor). A server
+  /// that cannot be reached is reported, not thrown.
+  std::vector<ServerDiagnosis> diagnose();
   /// The buffers whose layouts the reachable servers keep (a layout lives
   /// on its name's home server: those homed on an unreachable one are left
   /// out, see unreachable_servers()).

@@ -62,7 +62,8 @@
   X(33, segment_clients, control, "{name}", "{clients, behind}")                                                      \
   X(34, server_map, control, "{}", "{replaced}")                                                                       \
   X(35, replace_server, control, "{slot, address, epoch}", "{replaced}")                                               \
-  X(36, pull_copy, control, "{name, from, address(bin), ticket(bin), segment, ranges}", "{bytes}")
+  X(36, pull_copy, control, "{name, from, address(bin), ticket(bin), segment, ranges}", "{bytes}")                  \
+  X(37, diagnose, control, "{}", "{checks, clock_ns}")
 
 namespace smb::protocol {
 
@@ -75,8 +76,8 @@ inline constexpr std::uint32_t kMagic = 0x31424d53;  // "SMB1"
 // change to a message, a fixed call or a transport's wire header:
 // tests/unit/wire_version_test.cpp keeps their fingerprint beside it and
 // fails until both are updated.
-inline constexpr std::uint16_t kVersion = 9;
-inline constexpr std::uint64_t kWireFingerprint = 0x595976162c496835;  // tests/unit/wire_version_test.cpp
+inline constexpr std::uint16_t kVersion = 10;
+inline constexpr std::uint64_t kWireFingerprint = 0xcb7ee56d841e4bb5;  // tests/unit/wire_version_test.cpp
 
 enum class MessageType : std::uint16_t {
 #define SMB_MESSAGE_ENUMERATOR(number, name, path, request, reply) name = number,

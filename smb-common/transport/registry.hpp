@@ -11,6 +11,8 @@
 // registry.cpp and transport/built_transports.inc).
 #include "transport/transport.hpp"
 
+#include <smb/host_checks.hpp>
+
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +30,10 @@ struct TransportEntry {
   std::span<const TransportOption> options;  // what TransportOptions it accepts
   std::unique_ptr<ServerTransport> (*make_server)(const TransportOptions& options);
   std::unique_ptr<ClientTransport> (*make_client)(const TransportOptions& options);
+  // What this host needs for the transport (smbctl doctor, smbd at start-up):
+  // its devices, ports and the memory it pins; nullptr where it needs
+  // nothing beyond the system's checks (host/system_checks.hpp).
+  std::vector<HostFinding> (*check_host)(const HostCheckOptions& options) = nullptr;
 };
 
 // The transports built into this library, in registration order.

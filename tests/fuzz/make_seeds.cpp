@@ -272,6 +272,12 @@ void request_seeds() {
   record(pull, 0, type_of(MessageType::pull_copy), pull_of("w", Body::array({Body::array({4096, 0})})));
   record(pull, 0, type_of(MessageType::pull_copy), body({{"name", "w"}, {"from", ""}, {"segment", 3}}));
   write("fuzz_requests", "pull-copy", pull);
+  // smbctl doctor's question: the host's checks, with a body to ignore.
+  Bytes diagnose;
+  record(diagnose, 0, type_of(reqs[0].first), body(reqs[0].second));
+  record(diagnose, 0, type_of(MessageType::diagnose), body(Body::object()));
+  record(diagnose, 0, type_of(MessageType::diagnose), body({{"unexpected", Body::array({1, 2})}}));
+  write("fuzz_requests", "diagnose", diagnose);
 }
 
 // A checkpoint of a 3-byte buffer 'w' (checkpoint_file.hpp), after the

@@ -211,6 +211,41 @@ TEST_P(ToolsTest, ToolsReportAnUnreachableServer) {
   EXPECT_NE(b.err.find("127.0.0.1:1"), std::string::npos) << b.err;
 }
 
+// smbctl ls with a server list that misses a buffer's layout keepers: the
+// buffer is listed or named as unlisted (with the servers asked, exit 3),
+// never left out without a word.
+TEST_P(ToolsTest, LsNamesBuffersWhoseLayoutNoListedServerKeeps) {
+  if (server_count() < 3) GTEST_SKIP() << "needs servers that hold a buffer's stripes but not its layout";
+  auto client = make_client();
+  smb::BufferOptions spread;
+  spread.stripe_unit = 4096;  // a stripe on every server
+  auto buffer = client.create("spread", 3 * 4096, spread);
+  int named_unlisted = 0;
+  for (const auto& alone : addresses()) {
+    const auto r = run_tool(smbctl_path(), {"--servers", alone, "ls"});
+    const bool listed = r.out.find("spread") != std::string::npos && r.out.find("not listed") == std::string::npos;
+    if (listed) {
+      EXPECT_EQ(r.status.code, 0) << r.describe();
+      continue;
+    }
+    ++named_unlisted;
+    EXPECT_EQ(r.status.code, 3) << "a buffer left out is a degraded view\n" << r.describe();
+    EXPECT_NE(r.out.find("1 buffer(s) not listed"), std::string::npos) << r.describe();
+    EXPECT_NE(r.out.find("'spread' on " + alone), std::string::npos) << r.describe();
+    EXPECT_NE(r.out.find("server asked (" + alone + ")"), std::string::npos) << r.describe();
+    const auto j = run_tool(smbctl_path(), {"--servers", alone, "--json", "ls"});
+    EXPECT_EQ(j.status.code, 3) << j.describe();
+    const auto doc = parse_json(j);
+    ASSERT_EQ(doc.value("unlisted", json::array()).size(), 1u) << j.out;
+    EXPECT_EQ(doc["unlisted"][0].value("name", ""), "spread") << j.out;
+  }
+  EXPECT_GE(named_unlisted, 1) << "some server holds a stripe of 'spread' but not its layout";
+  // With every server asked, nothing is unlisted.
+  const auto all = run_smbctl({"ls"});
+  EXPECT_EQ(all.status.code, 0) << all.describe();
+  EXPECT_EQ(all.out.find("not listed"), std::string::npos) << all.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Fabrics, ToolsTest, testing::ValuesIn(all_fabrics()), fabric_name);
 
 }  // namespace

@@ -26,6 +26,10 @@
 #                of 2 and 8; each must run and name verbs in its path. The
 #                p50/p99 it prints are functional only: soft-RoCE in a VM is
 #                not RDMA speed
+#   doctor       (not with --no-native-verbs) smbctl doctor against a verbs
+#                smbd: the device's port active, its RoCE v2 GID, the data
+#                path, nothing blocking; then as nobody with ulimit -l 1024 the
+#                pool is a memlock failure with its fix (exit 3)
 #   two-host-native  (VM only, not with --no-native-verbs) two-host's servers and
 #                client over the native verbs transport
 #   two-host     (VM only, it rewires the guest's network) two rxe devices on
@@ -376,6 +380,43 @@ case_smb_native_verbs() {
   return $rc
 }
 
+# smbctl doctor on a host with an RDMA device: it names the device's port as
+# active, its RoCE v2 GID and a verbs smbd's data path, and nothing blocks;
+# then, as nobody (root has CAP_IPC_LOCK) with a 1 MiB locked-memory limit,
+# the pool it would pin is a 'fail' with its fix, and the exit status is 3.
+case_doctor() {
+  local smbctl=${SMB_BENCH%/*}/smbctl out=$LOGS/doctor.txt rc=0 status
+  [[ -x $smbctl ]] || { say "no smbctl beside $SMB_BENCH: skipped"; return 77; }
+  local -a env=(SMB_TRANSPORT=verbs SMB_RDMA_DEVICE="$DEV")
+  start_verbs_smbd smbd-doctor "$ADDR:0" "${env[@]}" || return
+  local pid=${PIDS[-1]}
+  timeout -k 5 120 env "${env[@]}" "$smbctl" --servers "$SMBD_ADDRESS" doctor --transport verbs --capacity 64M \
+    >"$out" 2>&1
+  status=$?
+  sed 's/^/  | /' "$out"
+  ((status == 0)) || { fail "smbctl doctor exited with status $status on a working verbs fabric"; rc=1; }
+  local pattern
+  for pattern in "^ok +this host +rdma port $DEV/1 +ACTIVE, RoCE, active MTU" "^ok +this host +gid $DEV/1 +RoCE v2 GIDs" \
+    "^ok +$SMBD_ADDRESS +data path +4 KiB write\+read" "^ok +$SMBD_ADDRESS +transport +.*verbs rdma via $DEV" \
+    "^ok +$SMBD_ADDRESS \(its host\) +rdma port $DEV/1 +ACTIVE" "^nothing blocks"; do
+    grep -q -E -- "$pattern" "$out" || { fail "smbctl doctor printed no line matching '$pattern'"; rc=1; }
+  done
+  stop_pids "$pid"
+  if ! setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all "$smbctl" --help >/dev/null 2>&1; then
+    say "nobody cannot run $smbctl here: the memlock check is left out"
+    return $rc
+  fi
+  (ulimit -l 1024; exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
+    "$smbctl" doctor --transport verbs --capacity 64M) >"$out" 2>&1
+  status=$?
+  sed 's/^/  | /' "$out"
+  ((status == 3)) || { fail "smbctl doctor exited with status $status, not 3, with memlock below the pool"; rc=1; }
+  grep -q -E "^fail +this host +memlock +locked-memory limit 1.0 MiB, but the verbs transport pins 64.0 MiB" "$out" ||
+    { fail "no memlock failure naming the limit and the pool"; rc=1; }
+  grep -q "ulimit -l unlimited" "$out" || { fail "the memlock failure does not print its fix"; rc=1; }
+  return $rc
+}
+
 # round_trip TAG EXPECT SERVERS ENV...: 8 MiB write (--keep), a second process
 # reads and verifies it, then a 2-thread fetch-add; every path line must match EXPECT.
 round_trip() {
@@ -554,6 +595,7 @@ if ((${#FAILED[@]} == 0)); then
   run_case smb-verbs-rma case_smb_verbs_rma
   ((NATIVE_VERBS)) && run_case smb-native-verbs case_smb_native_verbs
   ((NATIVE_VERBS)) && run_case latency-native case_latency_native
+  ((NATIVE_VERBS)) && run_case doctor case_doctor
   ((TWO_HOST)) && run_case two-host case_two_host
   ((TWO_HOST && NATIVE_VERBS)) && run_case two-host-native case_two_host_native
   [[ -n $TRANSPORT_TESTS ]] && ((NATIVE_VERBS)) && run_case transport-native case_transport_native

@@ -9,6 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
+#include <map>
+#include <set>
 #include <iostream>
 
 namespace smb::smbctl {
@@ -109,6 +113,32 @@ std::string replicated_state(const Layout& layout, const std::vector<ShareState>
   return "ok";
 }
 
+// Buffers whose segments a server holds but whose layout no server asked
+// keeps: {name: [servers holding a segment of it]}. Their layouts are on
+// servers the list does not name (a mismatched SMB_SERVERS), so ls would
+// otherwise leave them out without a word.
+std::map<std::string, std::vector<std::string>> uncovered(Client& client, const std::vector<Layout>& layouts) {
+  std::set<std::string> listed;
+  for (const auto& l : layouts) listed.insert(l.name);
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& server : client.status()) {
+    for (const auto& segment : server.buffers) {
+      const auto suffix = segment.name.rfind('#');  // "NAME#rK": copy K of NAME ('#' is in no buffer name)
+      const auto name = suffix == std::string::npos ? segment.name : segment.name.substr(0, suffix);
+      if (listed.contains(name)) continue;
+      auto& holders = out[name];
+      if (std::find(holders.begin(), holders.end(), server.address) == holders.end()) holders.push_back(server.address);
+    }
+  }
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ",") + i;
+  return out;
+}
+
 }  // namespace
 
 std::string buffer_state(const Layout& layout, const std::vector<ShareState>& states) {
@@ -139,15 +169,27 @@ bool list_buffers(Client& client, bool json) {
     states.push_back(client.check(l));
     degraded = degraded || buffer_state(l, states.back()) != "ok";
   }
+  auto orphans = uncovered(client, layouts);
+  if (!orphans.empty()) {
+    // A buffer created or destroyed while this looked is no orphan: only
+    // what a second look, a moment later, still finds uncovered is.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const auto again = uncovered(client, client.list());
+    std::erase_if(orphans, [&](const auto& o) { return !again.contains(o.first); });
+  }
   const auto unreachable = client.unreachable_servers();
-  degraded = degraded || !unreachable.empty();
+  degraded = degraded || !unreachable.empty() || !orphans.empty();
   if (json) {
     auto list = nlohmann::json::array();
     for (std::size_t i = 0; i < layouts.size(); ++i) list.push_back(to_json(layouts[i], states[i]));
+    auto unlisted = nlohmann::json::array();
+    for (const auto& [name, servers] : orphans) unlisted.push_back({{"name", name}, {"held_by", servers}});
     // Layouts live on their names' home servers: those homed on an
     // unreachable server cannot be listed.
     std::cout << nlohmann::json{{"buffers", std::move(list)},
                                 {"degraded", degraded},
+                                {"asked", client.servers()},
+                                {"unlisted", std::move(unlisted)},
                                 {"unreachable", unreachable_json(unreachable)}}
                      .dump(2)
               << '\n';
@@ -168,6 +210,13 @@ bool list_buffers(Client& client, bool json) {
   if (!unreachable.empty()) {
     std::cout << "buffers whose layouts the unreachable servers keep are not listed\n";
     print_unreachable(unreachable, std::cout);
+  }
+  if (!orphans.empty()) {
+    std::cout << "\n" << orphans.size() << " buffer(s) not listed: these servers hold segments of them, but no "
+              << "server asked (" << joined(client.servers()) << ") keeps their layout:\n";
+    for (const auto& [name, servers] : orphans) std::cout << "  " << util::quoted(name) << " on " << joined(servers) << '\n';
+    std::cout << "their layouts are on servers this list does not name: give every server of the fabric "
+                 "(--servers or SMB_SERVERS)\n";
   }
   return degraded;
 }

@@ -52,6 +52,18 @@ bool repair_buffers(Client& client, const std::string& name, bool json, const Re
 void create_credential(const std::string& secret_file, const std::string& prefix, std::chrono::seconds lifetime,
                        const std::string& out_path, bool json);
 
+// smbctl doctor: this host's checks, then each server's stages (control
+// port, hello, its host's checks and clock, the data path); true when
+// something blocks.
+struct DoctorOptions {
+  std::vector<std::string> servers;  // none: this host only
+  std::string transport;             // empty: every transport this build has (the client: SMB_TRANSPORT or ucx)
+  std::uint64_t capacity = 0;        // the bytes an smbd here would pin (--capacity); 0: unknown
+  std::chrono::milliseconds timeout{5000};  // per stage
+  std::string auth_token_file;
+};
+bool run_doctor(const DoctorOptions& options, bool json);
+
 // "ok", "degraded: 1 of 3 servers unreachable", "lost: 127.0.0.1:7001 restarted"
 std::string buffer_state(const Layout& layout, const std::vector<ShareState>& states);
 // The servers found unreachable, as JSON ({address, error}) and as a note for tables.

@@ -5,13 +5,16 @@
 //                                            [--replace-after S]]
 //                                   | status --watch | top  [--interval S] [--iterations N]
 //                                   | credential create --prefix P [--expires D] [--out FILE]
+//                                   | doctor [--capacity SIZE] [--transport T] [--timeout S]
 // Exit status: 0 success, 1 a libsmb error, 2 a usage error, 3 the fabric is
 // degraded (status, ls, info: a server unreachable or a buffer's share lost;
-// repair: a buffer still degraded after it; what could be seen is still printed).
+// repair: a buffer still degraded after it; doctor: something blocks the
+// fabric; what could be seen is still printed).
 #include "../common/tool_setup.hpp"
 #include "../common/vector_elements.hpp"
 #include "commands.hpp"
 
+#include <smb/config.h>
 #include <smb/error.hpp>
 
 #include <CLI/CLI.hpp>
@@ -108,6 +111,22 @@ int main(int argc, char** argv) {
                                 "the servers' shared secret (default: $SMB_AUTH_TOKEN_FILE)");
   credential_create->add_option("--out,-o", out_path, "write it to this file, mode 600 (default: print it)");
 
+  auto* doctor = app.add_subcommand(
+      "doctor", "check this host and every server (--servers / SMB_SERVERS, optional) for what the fabric needs: "
+                "memlock, open files, huge pages, RDMA devices, ports, GIDs and MTU, UCX's transports, each "
+                "server's control port, hello, data path and clock; each problem with the command that fixes it");
+  smb::smbctl::DoctorOptions doctoring;
+  double doctor_timeout_s = 5;
+  doctor->add_option("--capacity", doctoring.capacity,
+                     "memory an smbd on this host would lend (pinned for RDMA), e.g. 4G: checked against memlock "
+                     "and huge pages")
+      ->transform(CLI::AsSizeValue(false));
+  doctor->add_option("--transport", doctoring.transport,
+                     std::string("the transport to check (") + SMB_TRANSPORTS +
+                         "; default: $SMB_TRANSPORT, else every one built)");
+  doctor->add_option("--timeout", doctor_timeout_s, "seconds each stage of a server's probe may take (default 5)")
+      ->check(CLI::Range(0.1, 600.0));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -128,6 +147,22 @@ int main(int argc, char** argv) {
   }
   std::optional<std::string> servers_flag;
   if (servers_opt->count() > 0) servers_flag = servers_text;
+  if (doctor->parsed()) {  // servers optional: this host alone without them
+    try {
+      const char* listed = std::getenv("SMB_SERVERS");
+      if (servers_flag || (listed != nullptr && *listed != '\0'))
+        doctoring.servers = servers_flag ? smb::tools::client_options(servers_flag).servers
+                                         : smb::parse_server_list(listed);
+      const char* transport = std::getenv("SMB_TRANSPORT");
+      if (doctoring.transport.empty() && transport != nullptr) doctoring.transport = transport;
+      if (const char* token = std::getenv("SMB_AUTH_TOKEN_FILE")) doctoring.auth_token_file = token;
+      doctoring.timeout = std::chrono::milliseconds(static_cast<long>(doctor_timeout_s * 1000));
+      return smb::smbctl::run_doctor(doctoring, json) ? 3 : 0;
+    } catch (const smb::Error& e) {
+      std::cerr << "smbctl: " << e.what() << '\n';
+      return e.code() == smb::Errc::invalid_argument ? 2 : 1;
+    }
+  }
   smb::ClientOptions options;
   try {
     options = smb::tools::client_options(servers_flag);

@@ -10,6 +10,8 @@ namespace smb::transport {
 
 namespace ucx {
 
+std::vector<HostFinding> check_host(const HostCheckOptions& options);  // ucx_host_checks.cpp
+
 DataProtocol data_protocol(const TransportOptions& options) {
   std::string value = "auto";
   if (auto it = options.find("protocol"); it != options.end()) {
@@ -45,6 +47,7 @@ const TransportEntry& ucx_transport() {
       .make_client = [](const TransportOptions& options) -> std::unique_ptr<ClientTransport> {
         return std::make_unique<ucx::UcxClientTransport>(ucx::data_protocol(options));
       },
+      .check_host = ucx::check_host,
   };
   return entry;
 }

@@ -158,6 +158,8 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
 
   ibv_context* context = id_->verbs;
   device_ = device_name(context);
+  route_ = route_choice(id_.get());
+  spdlog::debug("verbs: to server {} via {}", peer_, route_);  // and in every path line (describe)
   pd_ = make_pd(context, "libsmb");
   cq_ = make_cq(context, static_cast<int>(kDepth + kCallCredits) + 1, "libsmb");
   staging_.resize(kDepth * kSlot);
@@ -202,7 +204,7 @@ VerbsChannel::~VerbsChannel() {
 }
 
 std::string VerbsChannel::describe() const {
-  return "verbs rdma via " + device_ + " (rc, one-sided read/write/atomics, calls by send/recv)";
+  return "verbs rdma via " + route_ + " (rc, one-sided read/write/atomics, calls by send/recv)";
 }
 
 void VerbsChannel::peer_lost(const std::string& reason) {

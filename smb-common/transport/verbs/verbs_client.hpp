@@ -162,6 +162,7 @@ class VerbsChannel final : public Channel {
   PendingTable<PendingCall> calls_;
   std::uint32_t credits_used_ = 0;  // calls sent whose reply has not come (abandoned ones too)
   std::string device_;
+  std::string route_;  // "rxe0 port 1, GID 1 (RoCE v2, 10.0.2.15)": what rdma_cm chose
   ChannelHealth health_;
 };
 

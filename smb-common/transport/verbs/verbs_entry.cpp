@@ -5,6 +5,10 @@
 
 namespace smb::transport {
 
+namespace verbs {
+std::vector<HostFinding> check_host(const HostCheckOptions& options);  // verbs_host_checks.cpp
+}
+
 const TransportEntry& verbs_transport() {
   static const TransportEntry entry{
       .name = "verbs",
@@ -16,6 +20,7 @@ const TransportEntry& verbs_transport() {
       .make_client = [](const TransportOptions&) -> std::unique_ptr<ClientTransport> {
         return std::make_unique<verbs::VerbsClientTransport>();
       },
+      .check_host = verbs::check_host,
   };
   return entry;
 }

@@ -67,6 +67,9 @@ ibv_context* pick_device(const char* who);
 // Throws if port `port` of `context` is not active, or has no GID.
 void check_port(ibv_context* context, std::uint8_t port, const char* who);
 std::string device_name(ibv_context* context);
+// What rdma_cm chose for a resolved route: "rxe0 port 1, GID 1 (RoCE v2,
+// 10.0.2.15)" (verbs_host_checks.cpp, beside the GID table's other readers).
+std::string route_choice(rdma_cm_id* id);
 
 // Waits for the next event on `channel` (non-blocking fd); nullptr on timeout.
 // The caller acks it (EventPtr does).

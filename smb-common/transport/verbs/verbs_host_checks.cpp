@@ -1,0 +1,166 @@
+// The native verbs transport's host checks (TransportEntry::check_host):
+// the device, each port's state, GIDs and MTU, rdma_rxe where soft-RoCE is
+// meant, and the locked memory smbd's registration needs. The errors the
+// transport throws at start-up (verbs_handles.cpp) say the same things one
+// at a time; these say all of them at once, before anything fails.
+#include "host/system_checks.hpp"
+#include "transport/verbs/verbs_handles.hpp"
+
+#include <arpa/inet.h>
+#include <net/if.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+namespace smb::transport::verbs {
+
+namespace {
+
+using Level = HostFinding::Level;
+
+constexpr std::size_t kMaxGids = 256;
+
+// IBV_MTU_256 (1) .. IBV_MTU_4096 (5).
+int mtu_bytes(ibv_mtu mtu) { return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128 << mtu : 0; }
+
+std::string interface_name(std::uint32_t ifindex) {
+  std::array<char, IF_NAMESIZE> name{};
+  return ifindex != 0 && ::if_indextoname(ifindex, name.data()) != nullptr ? std::string(name.data()) : std::string();
+}
+
+// "10.0.2.15" for an IPv4-mapped GID (::ffff:a.b.c.d), else the IPv6 text.
+std::string gid_address(const ibv_gid& gid) {
+  static constexpr std::array<std::uint8_t, 12> kMapped{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  std::array<char, INET6_ADDRSTRLEN> text{};
+  if (std::equal(kMapped.begin(), kMapped.end(), gid.raw))
+    ::inet_ntop(AF_INET, gid.raw + 12, text.data(), text.size());
+  else
+    ::inet_ntop(AF_INET6, gid.raw, text.data(), text.size());
+  return text.data();
+}
+
+std::string netdev_mtu(const std::string& iface) {
+  return iface.empty() ? std::string() : host::read_first_line("/sys/class/net/" + iface + "/mtu");
+}
+
+// The port's GIDs, as rdma_cm will choose among them: a RoCE v2 GID with
+// an IPv4 address routes across subnets; RoCE v1 stays in one L2 domain.
+HostFinding gid_finding(ibv_context* context, std::uint8_t port, const std::string& where,
+                        const std::string& iface) {
+  std::vector<ibv_gid_entry> entries(kMaxGids);
+  const auto n = ibv_query_gid_table(context, entries.data(), entries.size(), 0);
+  std::string v2, v1;
+  for (ssize_t i = 0; i < n; ++i) {
+    const auto& e = entries[static_cast<std::size_t>(i)];
+    if (e.port_num != port || e.gid_type == IBV_GID_TYPE_IB) continue;
+    auto& list = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? v2 : v1;
+    const auto on = interface_name(e.ndev_ifindex);
+    list += (list.empty() ? "" : ", ") + std::to_string(e.gid_index) + ": " + gid_address(e.gid) +
+            (on.empty() ? "" : " on " + on);
+  }
+  const auto dev = iface.empty() ? host::default_route_interface() : iface;
+  if (!v2.empty()) return {Level::ok, "gid " + where, "RoCE v2 GIDs " + v2, ""};
+  if (!v1.empty())
+    return {Level::warn, "gid " + where,
+            "RoCE v1 GIDs only (" + v1 + "): v1 does not cross an IP router, and rdma_cm prefers v2",
+            "give " + dev + " an IP address so that the kernel adds RoCE v2 GIDs (ip address add ADDR/LEN dev " + dev +
+                ")"};
+  return {Level::fail, "gid " + where, "no GID with an IP address: rdma_cm cannot reach this port",
+          "ip address add ADDR/LEN dev " + dev + " (RoCE derives its GIDs from the interface's addresses)"};
+}
+
+}  // namespace
+
+std::string route_choice(rdma_cm_id* id) {
+  std::string out = device_name(id->verbs) + " port " + std::to_string(id->port_num);
+  // RoCE and InfiniBand alike: the route's source GID, found in the port's table.
+  const ibv_gid& chosen = id->route.addr.addr.ibaddr.sgid;
+  std::vector<ibv_gid_entry> entries(kMaxGids);
+  const auto n = ibv_query_gid_table(id->verbs, entries.data(), entries.size(), 0);
+  for (ssize_t i = 0; i < n; ++i) {
+    const auto& e = entries[static_cast<std::size_t>(i)];
+    if (e.port_num != id->port_num || std::memcmp(e.gid.raw, chosen.raw, sizeof chosen.raw) != 0) continue;
+    const char* type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2" : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
+                                                                                                         : "IB";
+    return out + ", GID " + std::to_string(e.gid_index) + " (" + type + ", " + gid_address(e.gid) + ")";
+  }
+  return out;
+}
+
+std::vector<HostFinding> check_host(const HostCheckOptions& options) {
+  // A missing device is what blocks where verbs is the transport asked for;
+  // where every transport is checked, UCX over TCP may still carry the data.
+  const bool wanted = options.transport == "verbs";
+  const bool rxe_loaded = std::filesystem::exists("/sys/module/rdma_rxe");
+  const auto iface = host::default_route_interface();
+  std::vector<HostFinding> out;
+  int count = 0;
+  std::unique_ptr<ibv_context*, DevicesDeleter> list(rdma_get_devices(&count));
+  if (!list || count == 0) {
+    out.push_back({wanted ? Level::fail : Level::note, "rdma device",
+                   std::string("no RDMA device") +
+                       (rxe_loaded ? " (rdma_rxe is loaded, but no soft-RoCE link was added)" : ""),
+                   std::string(rxe_loaded ? "" : "modprobe rdma_rxe && ") + "rdma link add rxe0 type rxe netdev " +
+                       iface + " (soft-RoCE over Ethernet), or load your NIC's driver (mlx5_ib)"});
+    out.push_back(host::memlock_finding(options.pinned_bytes, "the verbs transport"));
+    return out;
+  }
+  const char* chosen = std::getenv("SMB_RDMA_DEVICE");
+  bool any_active = false;
+  for (int i = 0; i < count; ++i) {
+    ibv_context* context = list.get()[i];
+    const auto name = device_name(context);
+    ibv_device_attr device{};
+    if (ibv_query_device(context, &device) != 0) {
+      out.push_back({Level::warn, "rdma device " + name, "cannot be queried", "rdma dev show; dmesg | grep -i " + name});
+      continue;
+    }
+    const bool soft = name.rfind("rxe", 0) == 0;
+    out.push_back({Level::ok, "rdma device " + name,
+                   std::to_string(device.phys_port_cnt) + " port(s)" + (soft ? ", soft-RoCE (rdma_rxe)" : "") +
+                       (chosen != nullptr && name == chosen ? ", chosen by SMB_RDMA_DEVICE" : ""),
+                   ""});
+    for (std::uint8_t port = 1; port <= device.phys_port_cnt; ++port) {
+      const auto where = name + "/" + std::to_string(port);
+      ibv_port_attr attr{};
+      if (ibv_query_port(context, port, &attr) != 0) continue;
+      const bool ethernet = attr.link_layer == IBV_LINK_LAYER_ETHERNET;
+      std::string netdev;
+      if (ethernet) {
+        ibv_gid_entry entry{};
+        if (ibv_query_gid_ex(context, port, 0, &entry, 0) == 0) netdev = interface_name(entry.ndev_ifindex);
+      }
+      const auto mtu = netdev_mtu(netdev);
+      HostFinding f{Level::ok, "rdma port " + where,
+                    std::string(ibv_port_state_str(attr.state)) + ", " + (ethernet ? "RoCE" : "InfiniBand") +
+                        ", active MTU " + std::to_string(mtu_bytes(attr.active_mtu)) +
+                        (netdev.empty() ? "" : " (" + netdev + " MTU " + mtu + ")"),
+                    ""};
+      if (attr.state != IBV_PORT_ACTIVE) {
+        f.level = Level::warn;
+        f.fix = ethernet ? "ip link set " + (netdev.empty() ? iface : netdev) + " up; check the cable and 'rdma link'"
+                         : attr.state == IBV_PORT_INIT ? "start a subnet manager (systemctl start opensm)"
+                                                       : "check the cable and 'ibstat " + name + "'";
+      } else {
+        any_active = true;
+        // RoCE's MTU follows the interface's: below 1024 + headers it drops to 512 or 256.
+        if (ethernet && mtu_bytes(attr.active_mtu) < 1024) {
+          f.level = Level::warn;
+          f.fix = "ip link set " + netdev + " mtu 1500 (RoCE takes the largest of 256..4096 that fits)";
+        }
+      }
+      out.push_back(std::move(f));
+      if (ethernet && attr.state == IBV_PORT_ACTIVE) out.push_back(gid_finding(context, port, where, netdev));
+    }
+  }
+  if (!any_active)
+    out.push_back({wanted ? Level::fail : Level::warn, "rdma port", "no RDMA port is active",
+                   "ip link set " + iface + " up (RoCE), or start a subnet manager (InfiniBand)"});
+  out.push_back(host::memlock_finding(options.pinned_bytes, "the verbs transport"));
+  return out;
+}
+
+}  // namespace smb::transport::verbs
