@@ -46,7 +46,10 @@ ControlConnection::ControlConnection(std::string peer, std::chrono::milliseconds
   boost::system::error_code ec;
   auto endpoints = resolver.resolve(hp.host, std::to_string(hp.port), ec);
   if (ec) throw Error(Errc::unreachable, "server " + peer_ + ": cannot resolve host: " + ec.message());
-  run_bounded("connect", timeout_, [&](auto handler) { asio::async_connect(socket_, endpoints, handler); });
+  // The TCP connect alone has SMB_CONNECT_TIMEOUT (5 s): a peer that drops
+  // packets shows as this stage, in seconds; the replies keep the longer wait.
+  run_bounded("connect", std::min(timeout_, util::connect_timeout()),
+              [&](auto handler) { asio::async_connect(socket_, endpoints, handler); });
   socket_.set_option(tcp::no_delay(true));
   hello_reply_ = call(protocol::MessageType::hello, hello);
   if (hello_reply_.contains("challenge")) {

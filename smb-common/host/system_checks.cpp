@@ -136,8 +136,8 @@ HostFinding memlock_shown() {
   rlimit lock{};
   ::getrlimit(RLIMIT_MEMLOCK, &lock);
   return {Level::ok, "memlock", "locked-memory limit " + limit_text(lock.rlim_cur) +
-                                    (can_lock_past_the_limit() ? " (CAP_IPC_LOCK: it does not apply)" : "") +
-                                    " (no transport checked here pins memory)", ""};
+                                    (can_lock_past_the_limit() ? ", which CAP_IPC_LOCK lifts" : "") +
+                                    "; no transport checked here pins memory", ""};
 }
 
 std::vector<HostFinding> system_findings(const HostCheckOptions& options) {

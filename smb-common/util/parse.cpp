@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <cstdio>
 #include <limits>
 
@@ -146,6 +147,18 @@ std::string format_bytes(std::uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
   return buf;
+}
+
+std::chrono::milliseconds connect_timeout() {
+  constexpr std::chrono::milliseconds kDefault{5000};
+  const char* text = std::getenv("SMB_CONNECT_TIMEOUT");
+  if (text == nullptr || *text == '\0') return kDefault;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(seconds >= 0.01 && seconds <= 3600))
+    throw Error(Errc::invalid_argument, std::string("SMB_CONNECT_TIMEOUT='") + text +
+                                            "': expected seconds from 0.01 to 3600 (default 5)");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
 }
 
 }  // namespace smb::util

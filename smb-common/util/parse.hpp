@@ -1,5 +1,6 @@
 #pragma once
 // Parsing of user-supplied text (CLI flags, environment, config files).
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -22,5 +23,12 @@ HostPort parse_host_port(std::string_view text, bool allow_zero_port = false);
 std::string quoted(std::string_view text);
 // Human-readable size with a binary unit: 1536 -> "1.5 KiB".
 std::string format_bytes(std::uint64_t bytes);
+
+// How long a connection's set-up stages may take together (a TCP connect,
+// rdma_cm's address and route resolution and connect): SMB_CONNECT_TIMEOUT
+// seconds ("5", "0.5"), default 5, so that an unreachable peer fails in
+// seconds, naming the stage, not after the longer wait for replies.
+// Throws Errc::invalid_argument naming the variable for anything else.
+std::chrono::milliseconds connect_timeout();
 
 }  // namespace smb::util

@@ -29,7 +29,9 @@
 #   doctor       (not with --no-native-verbs) smbctl doctor against a verbs
 #                smbd: the device's port active, its RoCE v2 GID, the data
 #                path, nothing blocking; then as nobody with ulimit -l 1024 the
-#                pool is a memlock failure with its fix (exit 3)
+#                pool is a memlock failure with its fix (exit 3); and
+#                SMB_RDMA_GID_INDEX picks the GID rdma_cm routes from (the
+#                path line names it; an index the port lacks is named)
 #   two-host-native  (VM only, not with --no-native-verbs) two-host's servers and
 #                client over the native verbs transport
 #   two-host     (VM only, it rewires the guest's network) two rxe devices on
@@ -399,8 +401,19 @@ case_doctor() {
   for pattern in "^ok +this host +rdma port $DEV/1 +ACTIVE, RoCE, active MTU" "^ok +this host +gid $DEV/1 +RoCE v2 GIDs" \
     "^ok +$SMBD_ADDRESS +data path +4 KiB write\+read" "^ok +$SMBD_ADDRESS +transport +.*verbs rdma via $DEV" \
     "^ok +$SMBD_ADDRESS \(its host\) +rdma port $DEV/1 +ACTIVE" "^nothing blocks"; do
-    grep -q -E -- "$pattern" "$out" || { fail "smbctl doctor printed no line matching '$pattern'"; rc=1; }
+    # (-i: rdma-core 44's ibv_port_state_str says "active")
+    grep -q -i -E -- "$pattern" "$out" || { fail "smbctl doctor printed no line matching '$pattern'"; rc=1; }
   done
+  # SMB_RDMA_GID_INDEX chooses the GID rdma_cm routes from: the path line names it.
+  local index
+  index=$(gid_index "$DEV")
+  bench gid "verbs rdma via $DEV port 1, GID $index \\(RoCE v2" "${env[@]}" SMB_RDMA_GID_INDEX="$index" -- \
+    --servers "$SMBD_ADDRESS" --op write --size 1M --block 1M --verify || rc=1
+  timeout -k 5 60 env "${env[@]}" SMB_RDMA_GID_INDEX=200 "$SMB_BENCH" --servers "$SMBD_ADDRESS" --op write \
+    --size 1M >"$LOGS/bench-gid-200.log" 2>&1
+  sed 's/^/  | /' "$LOGS/bench-gid-200.log"
+  grep -q "SMB_RDMA_GID_INDEX=200: $DEV port 1 has no GID 200" "$LOGS/bench-gid-200.log" ||
+    { fail "a GID index the port lacks is not named"; rc=1; }
   stop_pids "$pid"
   if ! setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all "$smbctl" --help >/dev/null 2>&1; then
     say "nobody cannot run $smbctl here: the memlock check is left out"

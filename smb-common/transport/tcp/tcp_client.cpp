@@ -14,7 +14,6 @@ namespace smb::transport::tcp {
 
 namespace {
 using namespace std::chrono_literals;
-constexpr auto kConnectWithin = 5000ms;
 
 std::uint16_t decode_port(const Bytes& bytes, const std::string& peer) {
   WireAddress a;
@@ -101,8 +100,9 @@ TcpChannel::TcpChannel(TcpClientTransport& transport, const Bytes& server_addres
 }
 
 void TcpChannel::open(Stream& s, const std::string& host, std::uint16_t port, std::span<const std::uint8_t> ticket) {
-  s.fd = connect_to(host, port, kConnectWithin, peer_);
-  tune(s.fd.get(), kConnectWithin, kConnectWithin);
+  const auto within = util::connect_timeout();  // SMB_CONNECT_TIMEOUT
+  s.fd = connect_to(host, port, within, peer_);
+  tune(s.fd.get(), within, within);
   Hello hello;
   hello.ticket_length = static_cast<std::uint32_t>(ticket.size());
   const iovec parts[2] = {{&hello, sizeof hello}, {const_cast<std::uint8_t*>(ticket.data()), ticket.size()}};

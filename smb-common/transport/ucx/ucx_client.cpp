@@ -1,6 +1,7 @@
 #include "transport/ucx/ucx_client.hpp"
 
 #include "transport/client_idle.hpp"
+#include "util/parse.hpp"
 #include "util/stream_copy.hpp"
 
 #include <poll.h>
@@ -462,12 +463,15 @@ void UcxChannel::wire_up_replies(std::span<const std::uint8_t> ticket) {
   const AmPingHeader header{token};
   send_request(kAmPing, &header, sizeof header, ticket.empty() ? nullptr : ticket.data(), ticket.size(), token, done,
                "ping");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto within = util::connect_timeout();  // SMB_CONNECT_TIMEOUT
+  const auto deadline = std::chrono::steady_clock::now() + within;
   while (!done->done() && std::chrono::steady_clock::now() < deadline) ucp_worker_progress(transport_.worker_.get());
   if (!done->done()) {
     transport_.pending_.forget(*done);
     close_endpoint(transport_.worker_.get(), ep_, true);
-    throw Error(Errc::timeout, "server " + peer_ + ": no answer on the data channel within 10 s (is smbd alive?)");
+    throw Error(Errc::timeout, "server " + peer_ + ": UCX wire-up: no answer on the data channel within " +
+                                   std::to_string(within.count()) + " ms (SMB_CONNECT_TIMEOUT; is smbd alive, and "
+                                   "do UCX's transports reach it? UCX_TLS, smbctl doctor)");
   }
   try {
     done->throw_if_failed();

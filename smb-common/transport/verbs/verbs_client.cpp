@@ -2,6 +2,7 @@
 
 #include "transport/client_idle.hpp"
 #include "transport/verbs/verbs_calls.hpp"
+#include "util/parse.hpp"
 
 #include <netdb.h>
 #include <unistd.h>
@@ -19,7 +20,6 @@ namespace {
 // registered memory per server, enough to keep soft-RoCE and real NICs busy.
 constexpr std::uint32_t kDepth = 64;
 constexpr std::size_t kSlot = 128 * 1024;
-constexpr auto kCmTimeout = std::chrono::milliseconds(5000);
 constexpr std::uint64_t kRecvBit = 1ull << 32;  // wr_id of a receive: kRecvBit | slot
 static_assert(kCallMessage <= kSlot, "a call is sent from one staging slot");
 constexpr std::uint32_t kSignalEvery = 16;  // at most this many WRs per completion (selective signalling)
@@ -32,14 +32,36 @@ std::string host_of(const std::string& peer) {
   return host;
 }
 
+// What an rdma_cm reject or unreachable status says, in words (IB CM
+// reject reasons, IBTA 12.6.7.2; negative: an errno from the kernel).
+std::string reject_reason(int status) {
+  switch (status) {
+    case 8:
+      return "no rdma_cm listener at that port (invalid service ID): is smbd running there with --transport verbs?";
+    case 28:
+      return "the server's software refused it (consumer-defined reject)";
+    case -ETIMEDOUT:
+    case ETIMEDOUT:
+      return "no answer within rdma_cm's retries: UDP port 4791 (RoCE v2) blocked between the hosts, the peer's "
+             "port down, or a GID the peer cannot route back to";
+    default:
+      return "status " + std::to_string(status);
+  }
+}
+
 // Waits for `expected` on a connecting id; anything else is a set-up failure
 // whose message says what to check.
-void expect_event(rdma_event_channel* channel, rdma_cm_event_type expected, const std::string& peer) {
-  EventPtr event = next_event(channel, kCmTimeout);
+// The stages share one deadline (util::connect_timeout, SMB_CONNECT_TIMEOUT).
+void expect_event(rdma_event_channel* channel, rdma_cm_event_type expected, const std::string& peer,
+                  std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  EventPtr event = next_event(channel, std::max(left, std::chrono::milliseconds(1)));
   const std::string where = "server " + peer + ": ";
   if (!event)
-    throw Error(Errc::unreachable, where + "rdma_cm timed out waiting for " + rdma_event_str(expected) +
-                                       " (is the server reachable over an RDMA-capable interface?)");
+    throw Error(Errc::timeout, where + "rdma_cm timed out waiting for " + rdma_event_str(expected) +
+                                   " (within SMB_CONNECT_TIMEOUT, " + std::to_string(util::connect_timeout().count()) +
+                                   " ms for the whole connect; is the server reachable over an RDMA-capable "
+                                   "interface, UDP port 4791 open?)");
   const auto type = event->event;
   if (type == expected) return;
   switch (type) {
@@ -55,10 +77,12 @@ void expect_event(rdma_event_channel* channel, rdma_cm_event_type expected, cons
           std::memcmp(event->param.conn.private_data, kNotAdmitted, sizeof kNotAdmitted) == 0)
         throw Error(Errc::permission_denied, where + "refused this client's data channel: its session's ticket "
                                                      "is not admitted (the control session closed?)");
-      throw Error(Errc::unreachable, where + "the RDMA connection was rejected (status " +
-                                             std::to_string(event->status) +
-                                             "): is smbd running with --transport verbs, on the "
-                                             "device it was reached through?");
+      throw Error(Errc::unreachable, where + "the RDMA connection was rejected: " + reject_reason(event->status) +
+                                             " (is smbd running with --transport verbs, on the device it was "
+                                             "reached through?)");
+    case RDMA_CM_EVENT_UNREACHABLE:
+      throw Error(Errc::unreachable, where + "the RDMA connect request got no answer: " +
+                                             reject_reason(event->status));
     default:
       throw Error(Errc::unreachable, where + "RDMA connection set-up failed: " + rdma_event_str(type) +
                                              " (status " + std::to_string(event->status) + ")");
@@ -132,6 +156,11 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
   const std::string where = "server " + peer_;
   events_ = make_event_channel("libsmb");
   id_ = make_id(events_.get(), this, "libsmb");
+  const auto deadline = std::chrono::steady_clock::now() + util::connect_timeout();
+  const auto left_ms = [&] {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    return static_cast<int>(std::max<std::int64_t>(left.count(), 1));
+  };
 
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -141,11 +170,13 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
   if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0)
     throw Error(Errc::unreachable, where + ": cannot resolve '" + host + "': " + gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> info(found, &::freeaddrinfo);
-  if (rdma_resolve_addr(id_.get(), nullptr, info->ai_addr, static_cast<int>(kCmTimeout.count())) != 0)
+  auto source = chosen_source("libsmb");  // SMB_RDMA_GID_INDEX; else rdma_cm's own choice
+  if (rdma_resolve_addr(id_.get(), source ? reinterpret_cast<sockaddr*>(&*source) : nullptr, info->ai_addr,
+                        left_ms()) != 0)
     throw_errno(where + ": rdma_resolve_addr", errno);
-  expect_event(events_.get(), RDMA_CM_EVENT_ADDR_RESOLVED, peer_);
+  expect_event(events_.get(), RDMA_CM_EVENT_ADDR_RESOLVED, peer_, deadline);
   check_port(id_->verbs, id_->port_num, "libsmb");
-  if (rdma_resolve_route(id_.get(), static_cast<int>(kCmTimeout.count())) != 0) {
+  if (rdma_resolve_route(id_.get(), left_ms()) != 0) {
     // ENODEV here: the route leaves through an interface without an RDMA
     // device, typically loopback (smbd listening on 127.0.0.1).
     if (errno == ENODEV)
@@ -154,7 +185,7 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
                                          "RDMA-capable interface (not 127.0.0.1; see 'rdma link')");
     throw_errno(where + ": rdma_resolve_route", errno);
   }
-  expect_event(events_.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, peer_);
+  expect_event(events_.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, peer_, deadline);
 
   ibv_context* context = id_->verbs;
   device_ = device_name(context);
@@ -186,7 +217,7 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
   param.private_data = ticket.empty() ? nullptr : ticket.data();
   param.private_data_len = static_cast<std::uint8_t>(ticket.size());
   if (rdma_connect(id_.get(), &param) != 0) throw_errno(where + ": rdma_connect", errno);
-  expect_event(events_.get(), RDMA_CM_EVENT_ESTABLISHED, peer_);
+  expect_event(events_.get(), RDMA_CM_EVENT_ESTABLISHED, peer_, deadline);
 
   std::lock_guard lock(transport_.mutex_);
   for (const auto& [handle, region] : transport_.regions_) add_region(handle, region.base, region.length);

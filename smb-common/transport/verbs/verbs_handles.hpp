@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,11 @@ std::string device_name(ibv_context* context);
 // What rdma_cm chose for a resolved route: "rxe0 port 1, GID 1 (RoCE v2,
 // 10.0.2.15)" (verbs_host_checks.cpp, beside the GID table's other readers).
 std::string route_choice(rdma_cm_id* id);
+// SMB_RDMA_GID_INDEX (unset: nullopt): the address GID N of SMB_RDMA_DEVICE
+// (else the first device), port 1, was made from, as the source for
+// rdma_resolve_addr, so that rdma_cm routes from that GID. Throws naming
+// the variable where the index is not a RoCE GID there.
+std::optional<sockaddr_storage> chosen_source(const char* who);
 
 // Waits for the next event on `channel` (non-blocking fd); nullptr on timeout.
 // The caller acks it (EventPtr does).

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 namespace smb::transport::verbs {
 
@@ -76,18 +77,64 @@ HostFinding gid_finding(ibv_context* context, std::uint8_t port, const std::stri
 
 std::string route_choice(rdma_cm_id* id) {
   std::string out = device_name(id->verbs) + " port " + std::to_string(id->port_num);
-  // RoCE and InfiniBand alike: the route's source GID, found in the port's table.
+  // RoCE and InfiniBand alike: the route's source GID, found in the port's
+  // table. RoCE lists each address twice, as v1 and v2; rdma_cm connects
+  // with its default_roce_mode, v2 unless an administrator changed it.
   const ibv_gid& chosen = id->route.addr.addr.ibaddr.sgid;
   std::vector<ibv_gid_entry> entries(kMaxGids);
   const auto n = ibv_query_gid_table(id->verbs, entries.data(), entries.size(), 0);
+  const ibv_gid_entry* found = nullptr;
   for (ssize_t i = 0; i < n; ++i) {
     const auto& e = entries[static_cast<std::size_t>(i)];
     if (e.port_num != id->port_num || std::memcmp(e.gid.raw, chosen.raw, sizeof chosen.raw) != 0) continue;
-    const char* type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2" : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
-                                                                                                         : "IB";
-    return out + ", GID " + std::to_string(e.gid_index) + " (" + type + ", " + gid_address(e.gid) + ")";
+    if (found == nullptr || e.gid_type == IBV_GID_TYPE_ROCE_V2) found = &e;
   }
-  return out;
+  if (found == nullptr) return out;
+  const char* type = found->gid_type == IBV_GID_TYPE_ROCE_V2   ? "RoCE v2"
+                     : found->gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
+                                                               : "IB";
+  return out + ", GID " + std::to_string(found->gid_index) + " (" + type + ", " + gid_address(found->gid) + ")";
+}
+
+std::optional<sockaddr_storage> chosen_source(const char* who) {
+  const char* text = std::getenv("SMB_RDMA_GID_INDEX");
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  const unsigned long index = std::strtoul(text, &end, 10);
+  if (*end != '\0' || index >= kMaxGids)
+    throw Error(Errc::invalid_argument, std::string(who) + ": SMB_RDMA_GID_INDEX='" + text +
+                                            "' is not a GID index (0 to " + std::to_string(kMaxGids - 1) + ")");
+  int count = 0;
+  std::unique_ptr<ibv_context*, DevicesDeleter> list(rdma_get_devices(&count));
+  const char* wanted = std::getenv("SMB_RDMA_DEVICE");
+  ibv_context* context = nullptr;
+  for (int i = 0; i < count && context == nullptr; ++i)
+    if (wanted == nullptr || *wanted == '\0' || device_name(list.get()[i]) == wanted) context = list.get()[i];
+  if (context == nullptr)
+    throw Error(Errc::transport, std::string(who) + ": SMB_RDMA_GID_INDEX is set, but there is no RDMA device" +
+                                     (wanted != nullptr && *wanted != '\0' ? std::string(" named ") + wanted : ""));
+  const auto where = device_name(context) + " port 1";
+  ibv_gid_entry entry{};
+  if (ibv_query_gid_ex(context, 1, static_cast<std::uint32_t>(index), &entry, 0) != 0)
+    throw Error(Errc::invalid_argument, std::string(who) + ": SMB_RDMA_GID_INDEX=" + text + ": " + where +
+                                            " has no GID " + text + " ('smbctl doctor' lists its GIDs)");
+  if (entry.gid_type == IBV_GID_TYPE_IB)
+    throw Error(Errc::invalid_argument, std::string(who) + ": SMB_RDMA_GID_INDEX=" + text + ": GID " + text +
+                                            " of " + where + " is InfiniBand's: the index chooses among RoCE GIDs");
+  // rdma_cm routes from the address the GID was made from.
+  sockaddr_storage source{};
+  static constexpr std::array<std::uint8_t, 12> kMapped{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::equal(kMapped.begin(), kMapped.end(), entry.gid.raw)) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&source);
+    in->sin_family = AF_INET;
+    std::memcpy(&in->sin_addr, entry.gid.raw + 12, 4);
+  } else {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&source);
+    in6->sin6_family = AF_INET6;
+    std::memcpy(&in6->sin6_addr, entry.gid.raw, 16);
+    in6->sin6_scope_id = entry.ndev_ifindex;  // a link-local GID names its interface
+  }
+  return source;
 }
 
 std::vector<HostFinding> check_host(const HostCheckOptions& options) {
