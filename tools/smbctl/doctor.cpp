@@ -8,6 +8,7 @@
 
 #include <smb/client.hpp>
 #include <smb/error.hpp>
+#include <util/parse.hpp>
 
 #include <utility>  // (before Asio, whose awaitable.hpp uses std::exchange)
 
@@ -58,13 +59,14 @@ struct Row {
 // shows here, before any protocol).
 HostFinding control_port(const std::string& server, std::chrono::milliseconds timeout, double& took_ms) {
   namespace asio = boost::asio;
-  const auto colon = server.rfind(':');
+  const auto at = util::parse_host_port(server);
+  const auto port = std::to_string(at.port);
   asio::io_context io;
   asio::ip::tcp::socket socket(io);
   asio::ip::tcp::resolver resolver(io);
   boost::system::error_code failed = asio::error::timed_out;
   const auto started = Clock::now();
-  resolver.async_resolve(server.substr(0, colon), server.substr(colon + 1),
+  resolver.async_resolve(at.host, port,
                          [&](const boost::system::error_code& ec, const asio::ip::tcp::resolver::results_type& to) {
                            if (ec) {
                              failed = ec;
@@ -76,7 +78,6 @@ HostFinding control_port(const std::string& server, std::chrono::milliseconds ti
                          });
   io.run_for(timeout);
   took_ms = ms(Clock::now() - started);
-  const auto port = server.substr(colon + 1);
   if (!failed) return {Level::ok, "control port", "TCP connect in " + fixed(took_ms, 2) + " ms", ""};
   return {Level::fail, "control port", "TCP connect: " + failed.message() + " after " + fixed(took_ms, 0) + " ms",
           "is smbd running there ('systemctl status smbd', 'ss -ltnp | grep " + port +

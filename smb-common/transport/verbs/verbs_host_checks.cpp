@@ -32,11 +32,16 @@ std::string interface_name(std::uint32_t ifindex) {
   return ifindex != 0 && ::if_indextoname(ifindex, name.data()) != nullptr ? std::string(name.data()) : std::string();
 }
 
-// "10.0.2.15" for an IPv4-mapped GID (::ffff:a.b.c.d), else the IPv6 text.
-std::string gid_address(const ibv_gid& gid) {
+// A RoCE GID made from an IPv4 address: ::ffff:a.b.c.d.
+bool ipv4_mapped(const ibv_gid& gid) {
   static constexpr std::array<std::uint8_t, 12> kMapped{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::equal(kMapped.begin(), kMapped.end(), gid.raw);
+}
+
+// "10.0.2.15" for an IPv4-mapped GID, else the IPv6 text.
+std::string gid_address(const ibv_gid& gid) {
   std::array<char, INET6_ADDRSTRLEN> text{};
-  if (std::equal(kMapped.begin(), kMapped.end(), gid.raw))
+  if (ipv4_mapped(gid))
     ::inet_ntop(AF_INET, gid.raw + 12, text.data(), text.size());
   else
     ::inet_ntop(AF_INET6, gid.raw, text.data(), text.size());
@@ -123,8 +128,7 @@ std::optional<sockaddr_storage> chosen_source(const char* who) {
                                             " of " + where + " is InfiniBand's: the index chooses among RoCE GIDs");
   // rdma_cm routes from the address the GID was made from.
   sockaddr_storage source{};
-  static constexpr std::array<std::uint8_t, 12> kMapped{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::equal(kMapped.begin(), kMapped.end(), entry.gid.raw)) {
+  if (ipv4_mapped(entry.gid)) {
     auto* in = reinterpret_cast<sockaddr_in*>(&source);
     in->sin_family = AF_INET;
     std::memcpy(&in->sin_addr, entry.gid.raw + 12, 4);
