@@ -567,6 +567,8 @@ void ClientCore::stat_of(const std::string& s, ServerStatus& st) {
       st.used = protocol::get_u64(r, "used", "stat");
       st.largest_free = protocol::get_u64(r, "largest_free", "stat");
       st.huge_pages = protocol::get_bool(r, "huge_pages", "stat");
+      // Servers before wire version 11 populated the pool before answering.
+      st.populated = r.contains("populated") ? protocol::get_u64(r, "populated", "stat") : st.capacity;
       st.clients = static_cast<std::uint32_t>(protocol::get_u64(r, "clients", "stat"));
       if (r.contains("activity")) {  // servers before 0.1.0's metrics do not say
         const auto& a = r.at("activity");

@@ -36,10 +36,13 @@ void Request::wait() {
     const auto now = std::chrono::steady_clock::now();
     if (!state_->deadline) state_->deadline = now + state_->client->timeout();
     if (now > *state_->deadline) {
+      // What each server's connection was doing, before abandoning changes it.
+      std::string stalled;
+      for (auto* link : state_->links) stalled += "; " + link->address + ": " + link->channel->stall_report();
       state_->client->transport().abandon(*state_->completion);
       throw Error(Errc::timeout, state_->describe() + ": not completed within " +
                                      std::to_string(state_->client->timeout().count()) +
-                                     " ms (a server is unresponsive or gone)");
+                                     " ms (a server is unresponsive or gone)" + stalled);
     }
   }
 }

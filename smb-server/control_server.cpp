@@ -58,6 +58,7 @@ void ControlServer::sample_metrics() {
   now.capacity = stats.capacity;
   now.used = stats.used;
   now.largest_free = stats.largest_free;
+  now.populated = stats.populated;
   now.clients = clients_.load();
   now.buffers = stats.buffer_count;
   for (const auto& b : registry_.store().buffers("", Metrics::kMaxBufferSeries).items) now.buffer_bytes.emplace_back(b.name, b.bytes);

@@ -4,6 +4,7 @@
 #include "daemon_log.hpp"
 #include "memory_pool.hpp"
 #include "options.hpp"
+#include "pool_populator.hpp"
 #include "protocol/credential.hpp"
 #include "protocol/layout_codec.hpp"
 #include "registry.hpp"
@@ -174,21 +175,38 @@ int run(const std::vector<std::string>& args, smb::server::SmbdOptions options, 
     io.stop();
   });
   const std::string status = "serving " + smb::util::format_bytes(pool.size()) + " on " + identity.address;
+  // READY goes to the service manager once the pool is whole; before that a
+  // reload changes nothing it needs to hear of.
+  bool pool_whole = false;
   asio::signal_set hangups(io, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_hangup = [&](const boost::system::error_code& ec, int) {
     if (ec) return;
-    notifier.reloading();
+    if (pool_whole) notifier.reloading();
     smb::server::reload(args, options, log, *control);
-    notifier.ready(status);
+    if (pool_whole) notifier.ready(status);
     hangups.async_wait(on_hangup);
   };
   hangups.async_wait(on_hangup);
 
-  spdlog::info("pool of {} ({} pages), transport {}", smb::util::format_bytes(pool.size()),
-               pool.huge_pages() ? "huge" : "normal", transport->name());
+  spdlog::info("pool of {} ({} pages), transport {}: serving now, faulting it in meanwhile",
+               smb::util::format_bytes(pool.size()), pool.huge_pages() ? "huge" : "normal", transport->name());
   log_host_checks(transport->name(), pool.size());
+  notifier.starting([&] {
+    return "serving on " + identity.address + "; faulting in the pool: " +
+           smb::util::format_bytes(pool.populated()) + " of " + smb::util::format_bytes(pool.size());
+  });
+  // Declared after the registry: it stops before the pool's registration goes.
+  smb::server::PoolPopulator populator(pool, [&](std::chrono::milliseconds took, const std::string& error) {
+    asio::post(io, [&, took, error] {
+      if (error.empty())
+        spdlog::info("pool of {} in place after {} ms", smb::util::format_bytes(pool.size()), took.count());
+      else
+        spdlog::warn("{}", error);
+      pool_whole = true;
+      notifier.ready(status);
+    });
+  });
   std::cout << "smbd ready on " << identity.address << std::endl;
-  notifier.ready(status);
   run_io(io);
   transport->stop();
   return 0;

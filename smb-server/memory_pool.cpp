@@ -37,18 +37,15 @@ MemoryPool::MemoryPool(std::uint64_t capacity) {
                                     " of memory this machine has available; lower --capacity");
   size_ = (capacity + kHugePage - 1) / kHugePage * kHugePage;
   void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
   if (p != MAP_FAILED) {
-    huge_pages_ = true;
+    huge_pages_ = true;  // the kernel reserved them: faulting them in later cannot fail
   } else {
     p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
       throw Error(Errc::no_space, "cannot reserve " + util::format_bytes(size_) + " of memory: " +
                                       std::strerror(errno) + "; lower --capacity");
     ::madvise(p, size_, MADV_HUGEPAGE);
-    // Touch every page now: the pool is ours for the daemon's lifetime.
-    auto* bytes = static_cast<volatile std::byte*>(p);
-    for (std::uint64_t off = 0; off < size_; off += 4096) bytes[off] = std::byte{0};
   }
   base_ = static_cast<std::byte*>(p);
 }

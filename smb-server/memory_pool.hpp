@@ -1,7 +1,9 @@
 #pragma once
 // The daemon's memory, reserved once at start: huge pages when the system
-// has them reserved, else normal pages (with transparent huge pages advised),
-// pre-faulted so that the first remote access does not pay for page faults.
+// has them reserved, else normal pages (with transparent huge pages advised).
+// Reserving is instant; PoolPopulator faults the pages in afterwards, in the
+// background, and records here how far it got (smbctl status shows it).
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -17,11 +19,16 @@ class MemoryPool {
   std::byte* base() const { return base_; }
   std::uint64_t size() const { return size_; }
   bool huge_pages() const { return huge_pages_; }
+  // Bytes from the start of the pool whose pages are in place; size() once
+  // the pool is whole.
+  std::uint64_t populated() const { return populated_.load(std::memory_order_relaxed); }
+  void set_populated(std::uint64_t bytes) { populated_.store(bytes, std::memory_order_relaxed); }
 
  private:
   std::byte* base_ = nullptr;
   std::uint64_t size_ = 0;
   bool huge_pages_ = false;
+  std::atomic<std::uint64_t> populated_{0};
 };
 
 }  // namespace smb::server

@@ -64,6 +64,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   capacity_ = &gauge(*registry_, "smb_capacity_bytes", "Memory this server lends (--capacity)");
   used_ = &gauge(*registry_, "smb_used_bytes", "Bytes held by segments");
   largest_free_ = &gauge(*registry_, "smb_largest_free_bytes", "The largest segment that could be made now");
+  populated_ = &gauge(*registry_, "smb_pool_populated_bytes",
+                      "Bytes of the pool faulted in so far (smbd populates it in the background after start)");
   clients_ = &gauge(*registry_, "smb_clients", "Control connections open");
   buffers_ = &gauge(*registry_, "smb_buffers", "Segments held (a buffer's share of this server, per copy)");
   auto& transport = prometheus::BuildCounter()
@@ -173,6 +175,7 @@ void Metrics::sample(const Sample& now) {
   capacity_->Set(static_cast<double>(now.capacity));
   used_->Set(static_cast<double>(now.used));
   largest_free_->Set(static_cast<double>(now.largest_free));
+  populated_->Set(static_cast<double>(now.populated));
   clients_->Set(static_cast<double>(now.clients));
   buffers_->Set(static_cast<double>(now.buffers));
   // The transport keeps running totals; the counters take what is new.

@@ -64,7 +64,7 @@ class Metrics {
   void vector_op(VectorOp op, DType dtype, std::uint64_t bytes);
 
   struct Sample {
-    std::uint64_t capacity = 0, used = 0, largest_free = 0, clients = 0, buffers = 0;
+    std::uint64_t capacity = 0, used = 0, largest_free = 0, populated = 0, clients = 0, buffers = 0;
     std::vector<std::pair<std::string, std::uint64_t>> buffer_bytes;
   };
   void sample(const Sample& now);
@@ -84,7 +84,7 @@ class Metrics {
   std::array<prometheus::Histogram*, kTypes> latency_{};
   prometheus::Family<prometheus::Counter>* errors_ = nullptr;
   std::array<std::array<prometheus::Counter*, kDTypes>, kOps> vector_ops_{}, vector_bytes_{};
-  prometheus::Gauge *capacity_, *used_, *largest_free_, *clients_, *buffers_;
+  prometheus::Gauge *capacity_, *used_, *largest_free_, *populated_, *clients_, *buffers_;
   prometheus::Counter *transport_written_, *transport_read_, *transport_atomics_;
   std::uint64_t seen_written_ = 0, seen_read_ = 0, seen_atomics_ = 0;
   prometheus::Family<prometheus::Gauge>* buffer_bytes_ = nullptr;

@@ -257,6 +257,7 @@ Body RequestHandler::stat(const Body& req, std::string_view scope) {
                      {"used", s.used},
                      {"largest_free", s.largest_free},
                      {"huge_pages", s.huge_pages},
+                     {"populated", s.populated},
                      {"clients", clients_.load()},
                      {"buffer_count", s.buffer_count},
                      {"activity", activity_body(metrics_.totals())}},

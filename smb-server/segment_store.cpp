@@ -325,6 +325,7 @@ ServerStats SegmentStore::stats() const {
   s.used = allocator_.used();
   s.largest_free = allocator_.largest_free();
   s.huge_pages = pool_.huge_pages();
+  s.populated = std::min(pool_.populated(), s.capacity);
   s.buffer_count = by_name_.size();
   return s;
 }

@@ -97,6 +97,7 @@ struct ServerStats {
   std::uint64_t used = 0;
   std::uint64_t largest_free = 0;
   bool huge_pages = false;
+  std::uint64_t populated = 0;     // of capacity, faulted in (PoolPopulator)
   std::uint64_t buffer_count = 0;  // segments held here
 };
 

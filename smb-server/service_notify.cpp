@@ -19,14 +19,29 @@ void notify([[maybe_unused]] const std::string& state) {
 }
 }  // namespace
 
-ServiceNotifier::ServiceNotifier(boost::asio::io_context& io) : watchdog_(io) {
+ServiceNotifier::ServiceNotifier(boost::asio::io_context& io) : watchdog_(io), progress_(io) {
 #if SMB_WITH_SYSTEMD
   std::uint64_t usec = 0;
   if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) interval_ = std::chrono::microseconds(usec / 2);
 #endif
 }
 
+void ServiceNotifier::starting(std::function<std::string()> status) {
+  starting_ = std::move(status);
+  tell_progress();
+}
+
+void ServiceNotifier::tell_progress() {
+  notify("STATUS=" + starting_() + "\nEXTEND_TIMEOUT_USEC=10000000");
+  progress_.expires_after(std::chrono::seconds(1));
+  progress_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && starting_) tell_progress();
+  });
+}
+
 void ServiceNotifier::ready(const std::string& status) {
+  starting_ = nullptr;
+  progress_.cancel();
   notify("READY=1\nSTATUS=" + status);
   if (interval_.count() > 0 && !pinging_) {
     pinging_ = true;
@@ -39,6 +54,8 @@ void ServiceNotifier::reloading() { notify("RELOADING=1"); }
 void ServiceNotifier::stopping() {
   notify("STOPPING=1");
   watchdog_.cancel();
+  starting_ = nullptr;
+  progress_.cancel();
 }
 
 // On the event loop itself: a loop stuck in a handler stops pinging.

@@ -145,6 +145,10 @@ struct ServerStatus {
   std::uint64_t used = 0;
   std::uint64_t largest_free = 0;
   bool huge_pages = false;
+  /// Bytes of the pool already faulted in: smbd answers at once and faults
+  /// its pool in the background; capacity once whole (and for servers that
+  /// do not say).
+  std::uint64_t populated = 0;
   std::uint32_t clients = 0;
   std::vector<BufferSummary> buffers;
   ServerActivity activity;

@@ -190,6 +190,12 @@ class Channel {
   virtual void peer_lost(const std::string& reason) = 0;
   // Why the channel failed, if it did.
   virtual std::optional<std::string> failure() const = 0;
+  // What this channel's ops are waiting on now, for the message of an op
+  // that timed out: the connection's state as the transport sees it (verbs:
+  // the QP's state and work requests in flight; tcp: each socket's TCP
+  // state, unsent and unacknowledged bytes, retransmissions; ucx: requests
+  // the server has not answered). Safe from any thread.
+  virtual std::string stall_report() const = 0;
 };
 
 class ClientTransport {

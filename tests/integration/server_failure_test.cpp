@@ -1,6 +1,8 @@
 // Losing a server: a client whose server was SIGKILLed gets an smb::Error
-// within its timeout, never a hang; servers that are still up keep serving;
-// and SIGTERM shuts a daemon with connected clients down cleanly (exit 0).
+// within its timeout, never a hang; one whose server stalls (SIGSTOP) gets
+// a timeout naming the server and its connection's state; servers that are
+// still up keep serving; and SIGTERM shuts a daemon with connected clients
+// down cleanly (exit 0).
 #include "data.hpp"
 #include "expect_error.hpp"
 #include "fabric.hpp"
@@ -10,7 +12,10 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -30,6 +35,20 @@ class ServerFailureTest : public FabricTest {
     smb::BufferOptions o;
     o.stripe_unit = 4096;
     return o;
+  }
+
+  // Whether `pid` is stopped (state T in /proc/PID/stat) within a second:
+  // kill() returns before the signal takes effect.
+  static bool stopped(pid_t pid) {
+    for (int i = 0; i < 100; ++i) {
+      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      const auto close = line.rfind(')');
+      if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T') return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
   }
 
   // Runs `op`, expecting an smb::Error (any code) within kFailWithin.
@@ -98,6 +117,47 @@ TEST_P(ServerFailureTest, AServerKilledMidCallFailsTheCallWithinASecond) {
   // instrumented (ASan) builds get more.
   const auto within = std::chrono::milliseconds(SMB_TEST_SANITIZED ? 3000 : 1000);
   EXPECT_LT(took, within) << "the call failed " << took.count() << " ms after the kill: " << outcome;
+}
+
+// A server that stops answering (SIGSTOP: its sockets and its QPs stay up,
+// so nothing reports it gone) fails an op that needs it within the client's
+// timeout, and the error says what the op was waiting on: which server, and
+// its connection as the transport sees it (issue 37: "a data operation that
+// stalls is reported with the peer and the queue-pair state").
+TEST_P(ServerFailureTest, AStalledServerIsReportedWithItsConnectionsStateNotWaitedFor) {
+  auto client = make_client(kShortTimeout);
+  auto buffer = client.create("stalled", 8);  // one stripe: one server holds it
+  const auto holder = buffer.layout().servers.at(0);
+  std::size_t victim = 0;
+  while (server(victim).address() != holder) ++victim;
+  const std::vector<float> x{1.0f, 2.0f};
+  buffer.apply(smb::VectorOp::accumulate, smb::DType::f32, 0, 2, 1.0, std::as_bytes(std::span(x)));  // it works
+  ASSERT_EQ(::kill(server(victim).pid(), SIGSTOP), 0);
+  ASSERT_TRUE(stopped(server(victim).pid())) << "SIGSTOP did not stop it";
+  const auto start = Clock::now();
+  const auto message = expect_errc(
+      smb::Errc::timeout,
+      [&] { buffer.apply(smb::VectorOp::accumulate, smb::DType::f32, 0, 2, 1.0, std::as_bytes(std::span(x))); },
+      "an accumulate on a stopped server");
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  ::kill(server(victim).pid(), SIGCONT);
+  std::cout << "the stalled op's error: " << message << '\n';
+  EXPECT_LT(took, kFailWithin) << "it waited " << took.count() << " ms";
+  EXPECT_TRUE(mentions(message, "not completed within 3000 ms"));
+  EXPECT_TRUE(mentions(message, holder + ": ")) << "which server it waited on";
+  const auto transport = fabric_transport();
+  if (transport == "verbs") {
+    EXPECT_TRUE(mentions(message, "verbs QP "));
+    EXPECT_TRUE(mentions(message, "state RTS (connected)"));
+    EXPECT_TRUE(mentions(message, "call(s) unanswered"));
+  } else if (transport == "tcp") {
+    EXPECT_TRUE(mentions(message, "tcp to "));
+    EXPECT_TRUE(mentions(message, "op(s) awaiting replies; writes: ESTABLISHED"));
+    EXPECT_TRUE(mentions(message, "unacknowledged"));
+  } else {
+    EXPECT_TRUE(mentions(message, "ucx to " + holder));
+    EXPECT_TRUE(mentions(message, "request(s) the server has not answered"));
+  }
 }
 
 TEST_P(ServerFailureTest, KilledServerGivesControlOpsAnErrorNotAHang) {

@@ -10,7 +10,9 @@
 #      and indexed with depmod. A cached kernel is reused; when apt names a
 #      newer one that cannot be fetched, the newest cached one is used.
 #   3. A small initramfs: busybox, the modules for virtio, 9p, overlay, veth
-#      and soft-RoCE (rdma_rxe, rdma_ucm) with their dependencies, and
+#      and soft-RoCE (rdma_rxe, rdma_ucm), and tc's prio qdisc, u32 filter
+#      and drop action (the suite's failures case blocks UDP 4791 with
+#      them), with their dependencies, and
 #      guest-init.sh as /init. Rebuilt only when its inputs change.
 #
 # The result is recorded in CACHE/current.env (KERNEL_VERSION, VMLINUZ,
@@ -38,7 +40,7 @@ VM_PACKAGES=(qemu-system-x86 busybox-static cpio kmod)
 GUEST_PACKAGES=(rdma-core ibverbs-utils ibverbs-providers perftest libibverbs-dev librdmacm-dev ucx-utils iproute2)
 # Loaded in the guest, with their dependencies, in this order. crc32_generic
 # first: without it rdma_rxe fails with "failed to init crc32 algorithm err:-2".
-MODULES=(crc32_generic virtio_pci 9pnet_virtio 9p overlay virtio_net veth rdma_rxe ib_uverbs rdma_ucm)
+MODULES=(crc32_generic virtio_pci 9pnet_virtio 9p overlay virtio_net veth rdma_rxe ib_uverbs rdma_ucm sch_prio cls_u32 act_gact)
 
 as_root() {
   if [[ $(id -u) -eq 0 ]]; then

@@ -27,6 +27,7 @@ nlohmann::json to_json(const ServerStatus& s) {
           {"used_fraction", s.capacity ? static_cast<double>(s.used) / static_cast<double>(s.capacity) : 0.0},
           {"largest_free", s.largest_free},
           {"huge_pages", s.huge_pages},
+          {"populated", s.populated},
           {"clients", s.clients},
           {"waiting",
            {{"versions", s.waiting.versions},
@@ -47,6 +48,7 @@ void print_human(const std::vector<ServerStatus>& servers, std::ostream& out) {
   std::uint64_t capacity = 0;
   std::uint64_t used = 0;
   std::map<std::string, std::string> unreachable;
+  std::vector<std::string> populating;  // smbd faults its pool in after it starts answering
   for (const auto& s : servers) {
     if (!s.reachable) {
       table.add_row({s.address, "UNREACHABLE", "-", "-", "-", "-", "-", "-"});
@@ -62,12 +64,18 @@ void print_human(const std::vector<ServerStatus>& servers, std::ostream& out) {
       buffers.add_row({s.address, b.name, util::format_bytes(b.bytes), std::to_string(b.open_handles)});
     capacity += s.capacity;
     used += s.used;
+    if (s.populated < s.capacity)
+      populating.push_back(s.address + ": " + bytes_with_percent(s.populated, s.capacity) + " in place");
   }
   table.print(out);
   out << "total: " << servers.size() << " server(s)";
   if (!unreachable.empty()) out << " (" << unreachable.size() << " unreachable)";
   out << ", capacity " << util::format_bytes(capacity) << ", used " << bytes_with_percent(used, capacity) << '\n';
   print_unreachable(unreachable, out);
+  if (!populating.empty()) {
+    out << "still faulting its pool in (it serves meanwhile):\n";
+    for (const auto& line : populating) out << "  " << line << '\n';
+  }
   if (!buffers.empty()) {
     out << '\n';
     buffers.print(out);

@@ -399,6 +399,7 @@ void bind_records(py::module_& m) {
       .def_readonly("used", &ServerStatus::used)
       .def_readonly("largest_free", &ServerStatus::largest_free)
       .def_readonly("huge_pages", &ServerStatus::huge_pages)
+      .def_readonly("populated", &ServerStatus::populated)
       .def_readonly("clients", &ServerStatus::clients)
       .def_readonly("buffers", &ServerStatus::buffers)
       .def_readonly("activity", &ServerStatus::activity)

@@ -361,6 +361,27 @@ std::optional<std::string> TcpChannel::failure() const {
   return health_.failure();
 }
 
+std::string TcpChannel::stall_report() const {
+  std::string text = "tcp to " + host_port_ + ": ";
+  {
+    std::lock_guard lock(mutex_);
+    text += std::to_string(pending_.size()) + " op(s) awaiting replies";
+    if (health_.failed()) text += ", failed: " + health_.reason();
+  }
+  static constexpr std::array<const char*, 3> kNames{"writes", "reads", "atomics"};
+  for (std::size_t i = 0; i < streams_.size(); ++i) {
+    Stream& s = streams_[i];
+    std::size_t queued = 0;
+    {
+      std::lock_guard lock(s.send_mutex);
+      queued = s.queue.size();
+    }
+    text += std::string("; ") + kNames[i] + ": " + (s.fd.get() >= 0 ? socket_state(s.fd.get()) : std::string("closed")) +
+            (queued > 0 ? ", " + std::to_string(queued) + " request(s) not yet with the kernel" : "");
+  }
+  return text;
+}
+
 // A timed-out op's memory is the caller's again: nothing may read or write
 // it later. Queued requests that have not started go; one whose bytes are
 // on the wire, or whose reply is being read, cannot be cut out of the

@@ -106,6 +106,7 @@ class TcpChannel final : public Channel {
   ChannelCaps caps() const override;
   void peer_lost(const std::string& reason) override;
   std::optional<std::string> failure() const override;
+  std::string stall_report() const override;
 
   // Forgets the ops of `completion` (TcpClientTransport::abandon).
   void drop(const Completion& completion);
@@ -173,7 +174,7 @@ class TcpChannel final : public Channel {
   PendingTable<PendingOp> pending_;
   ChannelHealth health_;
 
-  std::array<Stream, 3> streams_;  // writes and calls; reads; atomics
+  mutable std::array<Stream, 3> streams_;  // writes and calls; reads; atomics (mutable: stall_report locks)
 };
 
 }  // namespace smb::transport::tcp

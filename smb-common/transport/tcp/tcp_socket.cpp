@@ -2,17 +2,23 @@
 
 #include <smb/error.hpp>
 
+#include "util/parse.hpp"
+
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 namespace smb::transport::tcp {
@@ -178,6 +184,29 @@ util::UniqueFd connect_to(const std::string& host, std::uint16_t port, std::chro
   }
   throw Error(Errc::unreachable, "server " + peer + ": cannot connect its tcp data port " + host + ":" + service +
                                      ": " + why + " (is a firewall between this host and the server?)");
+}
+
+std::string socket_state(int fd) {
+  tcp_info info{};
+  socklen_t length = sizeof info;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0)
+    return std::string("TCP_INFO unavailable: ") + std::strerror(errno);
+  // The kernel's TCP_* states (include/net/tcp_states.h), from 1.
+  static constexpr std::array<std::string_view, 12> kStates{
+      "?", "ESTABLISHED", "SYN_SENT", "SYN_RECV", "FIN_WAIT1", "FIN_WAIT2", "TIME_WAIT",
+      "CLOSE", "CLOSE_WAIT (the server closed it)", "LAST_ACK", "LISTEN", "CLOSING"};
+  std::string text(info.tcpi_state < kStates.size() ? kStates[info.tcpi_state] : "state " + std::to_string(info.tcpi_state));
+  int unsent = 0;
+  int queued = 0;  // unsent and unacknowledged
+  if (::ioctl(fd, SIOCOUTQNSD, &unsent) == 0 && ::ioctl(fd, SIOCOUTQ, &queued) == 0)
+    text += ", " + util::format_bytes(static_cast<std::uint64_t>(unsent)) + " unsent, " +
+            util::format_bytes(static_cast<std::uint64_t>(std::max(0, queued - unsent))) + " unacknowledged";
+  if (info.tcpi_probes > 0)  // the server's receive window is closed: it is not reading
+    text += ", " + std::to_string(info.tcpi_probes) + " zero-window probes unanswered (the server reads nothing)";
+  if (info.tcpi_total_retrans > 0) text += ", " + std::to_string(info.tcpi_total_retrans) + " segments retransmitted";
+  char rtt[32];
+  std::snprintf(rtt, sizeof rtt, ", rtt %.1f ms", info.tcpi_rtt / 1000.0);
+  return text + rtt;
 }
 
 void tune(int fd, std::chrono::milliseconds send_timeout, std::chrono::milliseconds receive_timeout) {

@@ -523,6 +523,16 @@ std::optional<std::string> UcxChannel::failure() const {
   return health_.failure();
 }
 
+std::string UcxChannel::stall_report() const {
+  std::lock_guard lock(transport_.mutex_);
+  std::string text = "ucx to " + peer_ + " (" + lanes_ + "): " + std::to_string(in_flight_) +
+                     " request(s) the server has not answered, " + std::to_string(queued_.size()) +
+                     " waiting for a credit";
+  if (health_.failed()) text += ", failed: " + health_.reason();
+  if (!use_am_) text += " (one-sided ops are not counted here: UCX_LOG_LEVEL=debug shows UCX's own state)";
+  return text;
+}
+
 void UcxChannel::on_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   // Runs inside ucp_worker_progress, i.e. with the transport lock held.
   auto* self = static_cast<UcxChannel*>(arg);

@@ -165,6 +165,7 @@ class UcxChannel final : public Channel {
   ChannelCaps caps() const override;
   void peer_lost(const std::string& reason) override;
   std::optional<std::string> failure() const override;
+  std::string stall_report() const override;
 
  private:
   friend class UcxClientTransport;

@@ -77,9 +77,7 @@ MemoryMap::MemoryMap(ucp_context_h context, void* base, std::size_t length)
                                     " bytes of shareable memory with UCX failed (" +
                                     ucs_status_string(status) + "); is /dev/shm large enough?");
   }
-  // Fault the pages in now, so that the first remote access does not pay for it.
-  auto* bytes = static_cast<volatile std::uint8_t*>(base);
-  for (std::size_t off = 0; off < length; off += 4096) bytes[off] = 0;
+  // Its pages fault in later: smbd's PoolPopulator, in the background.
 }
 
 MemoryMap::~MemoryMap() {

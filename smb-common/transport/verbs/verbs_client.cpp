@@ -4,6 +4,7 @@
 #include "transport/verbs/verbs_calls.hpp"
 #include "util/parse.hpp"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <unistd.h>
 #include <spdlog/spdlog.h>
@@ -89,6 +90,15 @@ void expect_event(rdma_event_channel* channel, rdma_cm_event_type expected, cons
   }
 }
 
+std::string address_text(const sockaddr* address) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  const void* raw = address->sa_family == AF_INET6
+                        ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr)
+                        : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(address)->sin_addr);
+  ::inet_ntop(address->sa_family, raw, text, sizeof text);
+  return text;
+}
+
 Errc errc_of(ibv_wc_status status) {
   // The QP gave up on the peer (retries exhausted) or was torn down under us.
   return status == IBV_WC_RETRY_EXC_ERR || status == IBV_WC_RNR_RETRY_EXC_ERR ||
@@ -171,6 +181,15 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
     throw Error(Errc::unreachable, where + ": cannot resolve '" + host + "': " + gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> info(found, &::freeaddrinfo);
   auto source = chosen_source("libsmb");  // SMB_RDMA_GID_INDEX; else rdma_cm's own choice
+  // rdma_cm answers a source of the other family with a bare EINVAL.
+  if (source && source->ss_family != info->ai_addr->sa_family)
+    throw Error(Errc::invalid_argument,
+                where + ": SMB_RDMA_GID_INDEX=" + std::getenv("SMB_RDMA_GID_INDEX") + " is the " +
+                    (source->ss_family == AF_INET6 ? "IPv6" : "IPv4") + " address " +
+                    address_text(reinterpret_cast<const sockaddr*>(&*source)) + ", and the server is " +
+                    (info->ai_addr->sa_family == AF_INET6 ? "IPv6" : "IPv4") +
+                    ": rdma_cm cannot route between them; pick a GID of the server's family "
+                    "('smbctl doctor' lists each port's GIDs with their addresses) or unset SMB_RDMA_GID_INDEX");
   if (rdma_resolve_addr(id_.get(), source ? reinterpret_cast<sockaddr*>(&*source) : nullptr, info->ai_addr,
                         left_ms()) != 0)
     throw_errno(where + ": rdma_resolve_addr", errno);
@@ -248,6 +267,38 @@ std::optional<std::string> VerbsChannel::failure() const {
   return health_.failure();
 }
 
+namespace {
+std::string qp_state_name(ibv_qp_state state) {
+  switch (state) {
+    case IBV_QPS_RESET: return "RESET";
+    case IBV_QPS_INIT: return "INIT";
+    case IBV_QPS_RTR: return "RTR";
+    case IBV_QPS_RTS: return "RTS (connected)";
+    case IBV_QPS_SQD: return "SQD";
+    case IBV_QPS_SQE: return "SQE (a send failed)";
+    case IBV_QPS_ERR: return "ERR (it completes nothing more)";
+    default: return "unknown";
+  }
+}
+}  // namespace
+
+std::string VerbsChannel::stall_report() const {
+  std::lock_guard lock(transport_.mutex_);
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  const int rc = ibv_query_qp(id_->qp, &attr, IBV_QP_STATE, &init);
+  const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                          last_completion_);
+  std::string text = "verbs QP " + std::to_string(id_->qp->qp_num) + " to " + peer_ + " via " + device_ + ": " +
+                     (rc == 0 ? "state " + qp_state_name(attr.qp_state)
+                              : std::string("ibv_query_qp failed: ") + std::strerror(rc)) +
+                     ", " + std::to_string(kDepth - free_slots_.size()) + " work request(s) in flight, " +
+                     std::to_string(backlog_.size()) + " queued, " + std::to_string(credits_used_) +
+                     " call(s) unanswered, last completion " + std::to_string(idle.count()) + " ms ago";
+  if (health_.failed()) text += ", failed: " + health_.reason();
+  return text;
+}
+
 // Fails everything queued or in flight. An RC QP that saw an error stays in
 // the error state, so the channel is done for good.
 void VerbsChannel::fail(Errc code, const std::string& message) {
@@ -286,6 +337,7 @@ void VerbsChannel::poll_cm_events() {
 int VerbsChannel::poll_completions() {
   ibv_wc wc[16];
   const int n = ibv_poll_cq(cq_.get(), 16, wc);
+  if (n > 0) last_completion_ = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) {
     const auto slot = static_cast<std::uint32_t>(wc[i].wr_id);
     if (wc[i].wr_id & kRecvBit) {

@@ -19,6 +19,7 @@
 #include "transport/transport.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -94,6 +95,7 @@ class VerbsChannel final : public Channel {
   ChannelCaps caps() const override;
   void peer_lost(const std::string& reason) override;
   std::optional<std::string> failure() const override;
+  std::string stall_report() const override;
 
  private:
   friend class VerbsClientTransport;
@@ -161,6 +163,7 @@ class VerbsChannel final : public Channel {
   std::uint32_t unsignalled_ = 0;     // WRs posted since the last signalled one
   PendingTable<PendingCall> calls_;
   std::uint32_t credits_used_ = 0;  // calls sent whose reply has not come (abandoned ones too)
+  std::chrono::steady_clock::time_point last_completion_ = std::chrono::steady_clock::now();  // for stall_report
   std::string device_;
   std::string route_;  // "rxe0 port 1, GID 1 (RoCE v2, 10.0.2.15)": what rdma_cm chose
   ChannelHealth health_;
