@@ -34,6 +34,12 @@
 #                path line names it; an index the port lacks is named)
 #   two-host-native  (VM only, not with --no-native-verbs) two-host's servers and
 #                client over the native verbs transport
+#   failures     (VM only, not with --no-native-verbs; two-host's devices) each
+#                way the set-up breaks fails within seconds saying why: an
+#                IPv6 GID for an IPv4 server, UDP 4791 blocked before the
+#                connect, UDP 4791 blocked mid-transfer (the op's timeout
+#                names the QP and its state), the server's port down (doctor
+#                names it; the connect fails within 5 s)
 #   two-host     (VM only, it rewires the guest's network) two rxe devices on
 #                the two ends of a veth pair, client and servers on different
 #                devices: ibv_rc_pingpong across, then 2 smbd on one device
@@ -545,6 +551,114 @@ case_two_host_native() {
   return $rc
 }
 
+# expect_failure LABEL WITHIN PATTERN [ENV...] -- SMB-BENCH-ARGS...: smb-bench
+# must fail (not hang) within WITHIN seconds, its output matching the
+# extended regex PATTERN.
+expect_failure() {
+  local label=$1 within=$2 pattern=$3 log=$LOGS/failure-$1.log rc start took
+  shift 3
+  local -a envs=()
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  say "$label: smb-bench $*"
+  start=$(date +%s)
+  timeout -k 5 $((within + 30)) env "${envs[@]}" "$SMB_BENCH" "$@" >"$log" 2>&1
+  rc=$?
+  took=$(($(date +%s) - start))
+  sed 's/^/  | /' "$log"
+  ((rc != 0)) || { fail "$label: smb-bench succeeded"; return 1; }
+  ((rc != 124 && rc != 137)) || { fail "$label: smb-bench hung (killed after $((within + 30)) s)"; return 1; }
+  ((took <= within)) || { fail "$label: smb-bench took $took s to fail, more than $within s"; return 1; }
+  grep -q -E -- "$pattern" "$log" || { fail "$label: no line matching '$pattern'"; return 1; }
+  say "$label: failed in $took s, saying why"
+}
+
+# Blocks (or unblocks) RoCE v2's UDP port 4791 leaving netdev $2: tc drops
+# those packets, as a firewall between two hosts would.
+block_roce() {
+  if [[ $1 == on ]]; then
+    tc qdisc add dev "$2" root handle 1: prio &&
+      tc filter add dev "$2" parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
+        action drop
+  else
+    tc qdisc del dev "$2" root 2>/dev/null || true
+  fi
+}
+
+# Issue 37 item 4: each way an RDMA set-up breaks fails within seconds,
+# saying which stage and why, never hangs (two-host's devices: servers on
+# rxe_a/va, the client on rxe_b/vb).
+#   wrong GID     SMB_RDMA_GID_INDEX names an IPv6 GID for an IPv4 server
+#   UDP 4791      blocked before the connect: rdma_cm's connect times out
+#                 within SMB_CONNECT_TIMEOUT, naming the port to open
+#   stalled op    UDP 4791 blocked mid-transfer: the op times out naming
+#                 the server, its QP's number and state, and what is in flight
+#   down port     the server's port down: smbctl doctor names it with its
+#                 fix, and a connect fails within SMB_CONNECT_TIMEOUT
+# (A rejected connect, a ticket the server does not admit, is the transport
+# conformance suite's OnlyChannelsWithAnAdmittedTicketAreServed.)
+case_failures() {
+  setup_two_host || return 1
+  start_verbs_smbd smbd-fail 10.0.3.1:0 SMB_RDMA_DEVICE=rxe_a || return
+  local pid=${PIDS[-1]} server=$SMBD_ADDRESS rc=0 v6="" f i
+  local -a client=(SMB_TRANSPORT=verbs SMB_RDMA_DEVICE=rxe_b)
+  for f in /sys/class/infiniband/rxe_b/ports/1/gids/*; do
+    i=${f##*/}
+    [[ $(cat "$f") == fe80:* ]] && { v6=$i; break; }
+  done
+  if [[ -n $v6 ]]; then
+    expect_failure wrong-gid 30 "SMB_RDMA_GID_INDEX=$v6 is the IPv6 address fe80:[0-9a-f:]+, and the server is IPv4" \
+      "${client[@]}" SMB_RDMA_GID_INDEX="$v6" -- --servers "$server" --op write --size 1M || rc=1
+  else
+    say "rxe_b has no IPv6 link-local GID: the wrong-GID check is left out"
+  fi
+
+  block_roce on vb || { fail "tc cannot block UDP 4791 (modules sch_prio, cls_u32, act_gact)"; return 1; }
+  expect_failure udp-4791 40 \
+    "server $server: (rdma_cm timed out waiting for RDMA_CM_EVENT_ESTABLISHED \(within SMB_CONNECT_TIMEOUT|the RDMA connect request got no answer).*UDP port 4791" \
+    "${client[@]}" -- --servers "$server" --op write --size 1M || rc=1
+  block_roce off vb
+
+  # A long write, and UDP 4791 blocked under it after 3 s.
+  local log=$LOGS/failure-stalled.log bench_pid start took status
+  say "stalled op: smb-bench --servers $server --op write --size 8M --block 1M --iters 1000, UDP 4791 blocked after 3 s"
+  timeout -k 5 120 env "${client[@]}" "$SMB_BENCH" --servers "$server" --op write --size 8M --block 1M --iters 1000 \
+    >"$log" 2>&1 &
+  bench_pid=$!
+  sleep 3
+  start=$(date +%s)
+  block_roce on vb
+  wait "$bench_pid"
+  status=$?
+  took=$(($(date +%s) - start))
+  block_roce off vb
+  sed 's/^/  | /' "$log"
+  if ((status == 0 || status == 124 || status == 137)); then
+    fail "stalled op: smb-bench exited with status $status ($took s after the block), not a timeout error"
+    rc=1
+  elif ! grep -q -E "not completed within [0-9]+ ms \(a server is unresponsive or gone\); $server: verbs QP [0-9]+ to $server via rxe_b: state [A-Z]+.*work request\(s\) in flight" "$log"; then
+    fail "stalled op: the error does not name the server, its QP and its state"
+    rc=1
+  else
+    say "stalled op: failed $took s after the block, naming the QP and its state"
+  fi
+
+  ip link set va down
+  local smbctl=${SMB_BENCH%/*}/smbctl out=$LOGS/failure-doctor.txt
+  if [[ -x $smbctl ]]; then
+    timeout -k 5 60 env SMB_TRANSPORT=verbs "$smbctl" doctor --transport verbs >"$out" 2>&1
+    sed 's/^/  | /' "$out"
+    grep -q -i -E "^warn +this host +rdma port rxe_a/1 +down" "$out" || { fail "doctor does not name rxe_a's port down"; rc=1; }
+    grep -q "ip link set va up" "$out" || { fail "doctor does not print the fix for rxe_a's port"; rc=1; }
+  fi
+  expect_failure down-port 30 "server $server: connect: no answer within 5000 ms" \
+    "${client[@]}" -- --servers "$server" --op write --size 1M || rc=1
+  ip link set va up
+  stop_pids "$pid"
+  cleanup
+  return $rc
+}
+
 case_integration() {
   [[ -x $INTEGRATION ]] || { fail "no integration test binary at $INTEGRATION"; return 1; }
   # The shm fabric leaves UCX_TLS unset; restricting UCX to the RDMA device
@@ -611,6 +725,7 @@ if ((${#FAILED[@]} == 0)); then
   ((NATIVE_VERBS)) && run_case doctor case_doctor
   ((TWO_HOST)) && run_case two-host case_two_host
   ((TWO_HOST && NATIVE_VERBS)) && run_case two-host-native case_two_host_native
+  ((TWO_HOST && NATIVE_VERBS)) && run_case failures case_failures
   [[ -n $TRANSPORT_TESTS ]] && ((NATIVE_VERBS)) && run_case transport-native case_transport_native
   [[ -n $NATIVE_INTEGRATION ]] && ((NATIVE_VERBS)) && run_case integration-native case_integration_native
   [[ -n $RELIABILITY ]] && ((NATIVE_VERBS)) && run_case reliability-native case_reliability_native
