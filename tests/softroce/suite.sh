@@ -33,7 +33,8 @@
 #                SMB_RDMA_GID_INDEX picks the GID rdma_cm routes from (the
 #                path line names it; an index the port lacks is named)
 #   two-host-native  (VM only, not with --no-native-verbs) two-host's servers and
-#                client over the native verbs transport
+#                client over the native verbs transport; then the client with
+#                SMB_RDMA_DEVICE=rxe_a, which its path line must name
 #   failures     (VM only, not with --no-native-verbs; two-host's devices) each
 #                way the set-up breaks fails within seconds saying why: an
 #                IPv6 GID for an IPv4 server, UDP 4791 blocked before the
@@ -547,6 +548,10 @@ case_two_host_native() {
     bench 2hn-read "$expect" SMB_TRANSPORT=verbs -- --servers "$servers" --op read --size 8M --block 1M --verify --name vm2n &&
     bench 2hn-fetch-add "$expect" SMB_TRANSPORT=verbs -- --servers "$servers" --op fetch-add --size 4K --iters 100 --threads 2 --verify ||
     rc=1
+  # SMB_RDMA_DEVICE overrides the route's choice on the client too (both
+  # devices are on the servers' subnet): rxe_a, the servers' own device.
+  bench 2hn-device 'verbs rdma via rxe_a port 1, GID [0-9]+ \(RoCE v2, 10\.0\.3\.1\); chosen by SMB_RDMA_DEVICE' \
+    SMB_TRANSPORT=verbs SMB_RDMA_DEVICE=rxe_a -- --servers "$servers" --op write --size 2M --block 1M --verify || rc=1
   cleanup
   return $rc
 }

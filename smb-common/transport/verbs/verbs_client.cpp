@@ -180,7 +180,8 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
   if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0)
     throw Error(Errc::unreachable, where + ": cannot resolve '" + host + "': " + gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> info(found, &::freeaddrinfo);
-  auto source = chosen_source("libsmb");  // SMB_RDMA_GID_INDEX; else rdma_cm's own choice
+  std::string chose_by;
+  auto source = choose_source(info->ai_addr, chose_by, "libsmb");
   // rdma_cm answers a source of the other family with a bare EINVAL.
   if (source && source->ss_family != info->ai_addr->sa_family)
     throw Error(Errc::invalid_argument,
@@ -208,7 +209,7 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
 
   ibv_context* context = id_->verbs;
   device_ = device_name(context);
-  route_ = route_choice(id_.get());
+  route_ = route_choice(id_.get()) + (chose_by.empty() ? "" : "; chosen by " + chose_by);
   spdlog::debug("verbs: to server {} via {}", peer_, route_);  // and in every path line (describe)
   pd_ = make_pd(context, "libsmb");
   cq_ = make_cq(context, static_cast<int>(kDepth + kCallCredits) + 1, "libsmb");

@@ -76,6 +76,13 @@ std::string route_choice(rdma_cm_id* id);
 // rdma_resolve_addr, so that rdma_cm routes from that GID. Throws naming
 // the variable where the index is not a RoCE GID there.
 std::optional<sockaddr_storage> chosen_source(const char* who);
+// The source rdma_cm routes from to reach `peer` (issue 37 item 2):
+// SMB_RDMA_GID_INDEX's GID; else SMB_RDMA_DEVICE's RoCE v2 address of the
+// peer's family, on the peer's subnet where it has one; else, where several
+// devices have an address on the peer's subnet, the one nearest this
+// thread's NUMA node (host/numa.hpp); else nullopt: rdma_cm's own route.
+// `why` says which rule chose (empty: none did).
+std::optional<sockaddr_storage> choose_source(const sockaddr* peer, std::string& why, const char* who);
 
 // Waits for the next event on `channel` (non-blocking fd); nullptr on timeout.
 // The caller acks it (EventPtr does).

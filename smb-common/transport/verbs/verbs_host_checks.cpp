@@ -3,11 +3,15 @@
 // meant, and the locked memory smbd's registration needs. The errors the
 // transport throws at start-up (verbs_handles.cpp) say the same things one
 // at a time; these say all of them at once, before anything fails.
+#include "host/numa.hpp"
 #include "host/system_checks.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <net/if.h>
+
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
@@ -141,6 +145,122 @@ std::optional<sockaddr_storage> chosen_source(const char* who) {
   return source;
 }
 
+namespace {
+
+// A RoCE v2 GID of an active port, with the address it was made from.
+struct RoceAddress {
+  std::string device;
+  std::string label;  // "rxe_b port 1, GID 1 (10.0.3.2)"
+  sockaddr_storage address{};
+  bool on_peer_subnet = false;
+};
+
+bool same_subnet(const sockaddr* a, const sockaddr* b, const sockaddr* mask) {
+  if (a->sa_family != b->sa_family || mask == nullptr) return false;
+  const auto bytes = [](const sockaddr* s) -> std::pair<const std::uint8_t*, std::size_t> {
+    if (s->sa_family == AF_INET)
+      return {reinterpret_cast<const std::uint8_t*>(&reinterpret_cast<const sockaddr_in*>(s)->sin_addr), 4};
+    return {reinterpret_cast<const std::uint8_t*>(&reinterpret_cast<const sockaddr_in6*>(s)->sin6_addr), 16};
+  };
+  const auto [x, n] = bytes(a);
+  const auto y = bytes(b).first;
+  const auto m = bytes(mask).first;
+  for (std::size_t i = 0; i < n; ++i)
+    if ((x[i] & m[i]) != (y[i] & m[i])) return false;
+  return true;
+}
+
+// Every active port's RoCE v2 GIDs of `peer`'s family, each marked when its
+// interface's subnet holds `peer`.
+std::vector<RoceAddress> roce_addresses(const sockaddr* peer) {
+  ifaddrs* raw = nullptr;
+  if (::getifaddrs(&raw) != 0) raw = nullptr;
+  const std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> interfaces(raw, &::freeifaddrs);
+  std::vector<RoceAddress> out;
+  int count = 0;
+  std::unique_ptr<ibv_context*, DevicesDeleter> list(rdma_get_devices(&count));
+  for (int d = 0; d < count; ++d) {
+    ibv_context* context = list.get()[d];
+    std::vector<ibv_gid_entry> entries(kMaxGids);
+    const auto n = ibv_query_gid_table(context, entries.data(), entries.size(), 0);
+    for (ssize_t i = 0; i < n; ++i) {
+      const auto& e = entries[static_cast<std::size_t>(i)];
+      ibv_port_attr port{};
+      if (e.gid_type != IBV_GID_TYPE_ROCE_V2 || (peer->sa_family == AF_INET) != ipv4_mapped(e.gid) ||
+          ibv_query_port(context, static_cast<std::uint8_t>(e.port_num), &port) != 0 || port.state != IBV_PORT_ACTIVE)
+        continue;
+      RoceAddress a{device_name(context),
+                    device_name(context) + " port " + std::to_string(e.port_num) + ", GID " +
+                        std::to_string(e.gid_index) + " (" + gid_address(e.gid) + ")"};
+      if (ipv4_mapped(e.gid)) {
+        auto* in = reinterpret_cast<sockaddr_in*>(&a.address);
+        in->sin_family = AF_INET;
+        std::memcpy(&in->sin_addr, e.gid.raw + 12, 4);
+      } else {
+        auto* in6 = reinterpret_cast<sockaddr_in6*>(&a.address);
+        in6->sin6_family = AF_INET6;
+        std::memcpy(&in6->sin6_addr, e.gid.raw, 16);
+        in6->sin6_scope_id = e.ndev_ifindex;
+      }
+      const auto iface = interface_name(e.ndev_ifindex);
+      for (const ifaddrs* f = interfaces.get(); f != nullptr; f = f->ifa_next)
+        if (f->ifa_addr != nullptr && iface == f->ifa_name && same_subnet(f->ifa_addr, reinterpret_cast<sockaddr*>(&a.address), f->ifa_netmask) &&
+            same_subnet(reinterpret_cast<sockaddr*>(&a.address), peer, f->ifa_netmask))
+          a.on_peer_subnet = true;
+      out.push_back(std::move(a));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<sockaddr_storage> choose_source(const sockaddr* peer, std::string& why, const char* who) {
+  why.clear();
+  if (auto chosen = chosen_source(who)) {
+    why = "SMB_RDMA_GID_INDEX";
+    return chosen;
+  }
+  const auto addresses = roce_addresses(peer);
+  const char* wanted = std::getenv("SMB_RDMA_DEVICE");
+  if (wanted != nullptr && *wanted != '\0') {
+    // That device's address on the peer's subnet, else its first of the peer's family.
+    const RoceAddress* pick = nullptr;
+    for (const auto& a : addresses)
+      if (a.device == wanted && (pick == nullptr || (a.on_peer_subnet && !pick->on_peer_subnet))) pick = &a;
+    if (pick == nullptr) {
+      spdlog::debug("{}: SMB_RDMA_DEVICE={} has no active RoCE v2 address of the server's family (InfiniBand, or "
+                    "a port down): rdma_cm's route decides",
+                    who, wanted);
+      return std::nullopt;
+    }
+    why = "SMB_RDMA_DEVICE";
+    spdlog::debug("{}: SMB_RDMA_DEVICE: {}", who, pick->label);
+    return pick->address;
+  }
+  // Several devices on the peer's subnet: the one nearest this thread's
+  // memory (a channel's staging area is placed on this thread's node).
+  std::vector<const RoceAddress*> reach;
+  for (const auto& a : addresses)
+    if (a.on_peer_subnet && std::none_of(reach.begin(), reach.end(), [&](const RoceAddress* r) { return r->device == a.device; }))
+      reach.push_back(&a);
+  if (reach.size() < 2) return std::nullopt;  // rdma_cm's route picks the same one
+  std::vector<std::optional<int>> nodes;
+  for (const auto* a : reach) nodes.push_back(host::rdma_device_node(a->device));
+  const auto memory = host::this_thread_node();
+  const auto nearest = host::nearest_device(nodes, memory, host::node_distance);
+  if (!nearest) {
+    spdlog::debug("{}: {} devices reach the server at the same NUMA distance (or sysfs does not place them): "
+                  "rdma_cm's route decides",
+                  who, reach.size());
+    return std::nullopt;
+  }
+  why = "NUMA: of " + std::to_string(reach.size()) + " devices on the server's subnet, the nearest to node " +
+        std::to_string(*memory);
+  spdlog::debug("{}: {}: {}", who, why, reach[*nearest]->label);
+  return reach[*nearest]->address;
+}
+
 std::vector<HostFinding> check_host(const HostCheckOptions& options) {
   // A missing device is what blocks where verbs is the transport asked for;
   // where every transport is checked, UCX over TCP may still carry the data.
@@ -170,8 +290,10 @@ std::vector<HostFinding> check_host(const HostCheckOptions& options) {
       continue;
     }
     const bool soft = name.rfind("rxe", 0) == 0;
+    const auto node = host::rdma_device_node(name);
     out.push_back({Level::ok, "rdma device " + name,
                    std::to_string(device.phys_port_cnt) + " port(s)" + (soft ? ", soft-RoCE (rdma_rxe)" : "") +
+                       (node ? ", NUMA node " + std::to_string(*node) : "") +
                        (chosen != nullptr && name == chosen ? ", chosen by SMB_RDMA_DEVICE" : ""),
                    ""});
     for (std::uint8_t port = 1; port <= device.phys_port_cnt; ++port) {
