@@ -7,6 +7,7 @@
 #include "data.hpp"
 #include "process.hpp"
 #include "raw_connection.hpp"
+#include "server_waits.hpp"
 #include "smbd_process.hpp"
 
 #include <smb/client.hpp>
@@ -39,6 +40,8 @@ class HostileClientTest : public testing::Test {
     options.open_files = open_files;
     server_ = std::make_unique<SmbdProcess>(options);
     expect_serving();  // once before measuring: the first client's lanes and caches
+    auto c = client();
+    ASSERT_TRUE(pools_in_place(c));  // the pool is faulted in behind smbd's first answers
     baseline_ = server_->usage();
   }
 

@@ -1,13 +1,16 @@
 #pragma once
 // How a test knows that a wait (a version wait, a barrier party, a queued
 // lock request) has reached its server, instead of sleeping past it: the
-// servers' stat says what waits there now (ServerStatus::waiting).
+// servers' stat says what waits there now (ServerStatus::waiting). And
+// when a server's pool is whole (smbd faults it in after it answers), for
+// tests that measure its memory from a baseline.
 #include <smb/client.hpp>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <functional>
+#include <string>
 #include <thread>
 
 namespace smb::test {
@@ -37,6 +40,22 @@ inline testing::AssertionResult waits_reach(Client& client, const std::function<
     now = waits_now(client);
   }
   return testing::AssertionSuccess();
+}
+
+// Polls until every server of `client` has its whole pool in place.
+inline testing::AssertionResult pools_in_place(Client& client,
+                                               std::chrono::milliseconds within = std::chrono::seconds(60)) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    std::string filling;
+    for (const auto& s : client.status())
+      if (s.reachable && s.populated < s.capacity)
+        filling += " " + s.address + " (" + std::to_string(s.populated) + " of " + std::to_string(s.capacity) + ")";
+    if (filling.empty()) return testing::AssertionSuccess();
+    if (std::chrono::steady_clock::now() > deadline)
+      return testing::AssertionFailure() << "pools still filling after " << within.count() << " ms:" << filling;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 }  // namespace smb::test
