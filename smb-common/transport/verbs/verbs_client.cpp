@@ -4,7 +4,6 @@
 #include "transport/verbs/verbs_calls.hpp"
 #include "util/parse.hpp"
 
-#include <arpa/inet.h>
 #include <netdb.h>
 #include <unistd.h>
 #include <spdlog/spdlog.h>
@@ -90,15 +89,6 @@ void expect_event(rdma_event_channel* channel, rdma_cm_event_type expected, cons
   }
 }
 
-std::string address_text(const sockaddr* address) {
-  char text[INET6_ADDRSTRLEN] = "?";
-  const void* raw = address->sa_family == AF_INET6
-                        ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr)
-                        : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(address)->sin_addr);
-  ::inet_ntop(address->sa_family, raw, text, sizeof text);
-  return text;
-}
-
 Errc errc_of(ibv_wc_status status) {
   // The QP gave up on the peer (retries exhausted) or was torn down under us.
   return status == IBV_WC_RETRY_EXC_ERR || status == IBV_WC_RNR_RETRY_EXC_ERR ||
@@ -181,16 +171,7 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, 
     throw Error(Errc::unreachable, where + ": cannot resolve '" + host + "': " + gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> info(found, &::freeaddrinfo);
   std::string chose_by;
-  auto source = choose_source(info->ai_addr, chose_by, "libsmb");
-  // rdma_cm answers a source of the other family with a bare EINVAL.
-  if (source && source->ss_family != info->ai_addr->sa_family)
-    throw Error(Errc::invalid_argument,
-                where + ": SMB_RDMA_GID_INDEX=" + std::getenv("SMB_RDMA_GID_INDEX") + " is the " +
-                    (source->ss_family == AF_INET6 ? "IPv6" : "IPv4") + " address " +
-                    address_text(reinterpret_cast<const sockaddr*>(&*source)) + ", and the server is " +
-                    (info->ai_addr->sa_family == AF_INET6 ? "IPv6" : "IPv4") +
-                    ": rdma_cm cannot route between them; pick a GID of the server's family "
-                    "('smbctl doctor' lists each port's GIDs with their addresses) or unset SMB_RDMA_GID_INDEX");
+  auto source = choose_source(info->ai_addr, chose_by, ("libsmb: server " + peer_).c_str());
   if (rdma_resolve_addr(id_.get(), source ? reinterpret_cast<sockaddr*>(&*source) : nullptr, info->ai_addr,
                         left_ms()) != 0)
     throw_errno(where + ": rdma_resolve_addr", errno);

@@ -42,6 +42,22 @@ bool ipv4_mapped(const ibv_gid& gid) {
   return std::equal(kMapped.begin(), kMapped.end(), gid.raw);
 }
 
+// The address a RoCE GID was made from, as rdma_cm takes a source.
+sockaddr_storage gid_sockaddr(const ibv_gid_entry& entry) {
+  sockaddr_storage out{};
+  if (ipv4_mapped(entry.gid)) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&out);
+    in->sin_family = AF_INET;
+    std::memcpy(&in->sin_addr, entry.gid.raw + 12, 4);
+  } else {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&out);
+    in6->sin6_family = AF_INET6;
+    std::memcpy(&in6->sin6_addr, entry.gid.raw, 16);
+    in6->sin6_scope_id = entry.ndev_ifindex;  // a link-local GID names its interface
+  }
+  return out;
+}
+
 // "10.0.2.15" for an IPv4-mapped GID, else the IPv6 text.
 std::string gid_address(const ibv_gid& gid) {
   std::array<char, INET6_ADDRSTRLEN> text{};
@@ -130,19 +146,7 @@ std::optional<sockaddr_storage> chosen_source(const char* who) {
   if (entry.gid_type == IBV_GID_TYPE_IB)
     throw Error(Errc::invalid_argument, std::string(who) + ": SMB_RDMA_GID_INDEX=" + text + ": GID " + text +
                                             " of " + where + " is InfiniBand's: the index chooses among RoCE GIDs");
-  // rdma_cm routes from the address the GID was made from.
-  sockaddr_storage source{};
-  if (ipv4_mapped(entry.gid)) {
-    auto* in = reinterpret_cast<sockaddr_in*>(&source);
-    in->sin_family = AF_INET;
-    std::memcpy(&in->sin_addr, entry.gid.raw + 12, 4);
-  } else {
-    auto* in6 = reinterpret_cast<sockaddr_in6*>(&source);
-    in6->sin6_family = AF_INET6;
-    std::memcpy(&in6->sin6_addr, entry.gid.raw, 16);
-    in6->sin6_scope_id = entry.ndev_ifindex;  // a link-local GID names its interface
-  }
-  return source;
+  return gid_sockaddr(entry);  // rdma_cm routes from the address the GID was made from
 }
 
 namespace {
@@ -191,17 +195,8 @@ std::vector<RoceAddress> roce_addresses(const sockaddr* peer) {
         continue;
       RoceAddress a{device_name(context),
                     device_name(context) + " port " + std::to_string(e.port_num) + ", GID " +
-                        std::to_string(e.gid_index) + " (" + gid_address(e.gid) + ")"};
-      if (ipv4_mapped(e.gid)) {
-        auto* in = reinterpret_cast<sockaddr_in*>(&a.address);
-        in->sin_family = AF_INET;
-        std::memcpy(&in->sin_addr, e.gid.raw + 12, 4);
-      } else {
-        auto* in6 = reinterpret_cast<sockaddr_in6*>(&a.address);
-        in6->sin6_family = AF_INET6;
-        std::memcpy(&in6->sin6_addr, e.gid.raw, 16);
-        in6->sin6_scope_id = e.ndev_ifindex;
-      }
+                        std::to_string(e.gid_index) + " (" + gid_address(e.gid) + ")",
+                    gid_sockaddr(e)};
       const auto iface = interface_name(e.ndev_ifindex);
       for (const ifaddrs* f = interfaces.get(); f != nullptr; f = f->ifa_next)
         if (f->ifa_addr != nullptr && iface == f->ifa_name && same_subnet(f->ifa_addr, reinterpret_cast<sockaddr*>(&a.address), f->ifa_netmask) &&
@@ -218,6 +213,21 @@ std::vector<RoceAddress> roce_addresses(const sockaddr* peer) {
 std::optional<sockaddr_storage> choose_source(const sockaddr* peer, std::string& why, const char* who) {
   why.clear();
   if (auto chosen = chosen_source(who)) {
+    // rdma_cm answers a source of the other family with a bare EINVAL.
+    if (chosen->ss_family != peer->sa_family) {
+      const auto family = [](int f) { return f == AF_INET6 ? "IPv6" : "IPv4"; };
+      char text[INET6_ADDRSTRLEN] = "?";
+      const auto* s = reinterpret_cast<const sockaddr*>(&*chosen);
+      ::inet_ntop(s->sa_family,
+                  s->sa_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(s)->sin6_addr)
+                                           : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(s)->sin_addr),
+                  text, sizeof text);
+      throw Error(Errc::invalid_argument,
+                  std::string(who) + ": SMB_RDMA_GID_INDEX=" + std::getenv("SMB_RDMA_GID_INDEX") + " is the " +
+                      family(s->sa_family) + " address " + text + ", and the server is " + family(peer->sa_family) +
+                      ": rdma_cm cannot route between them; pick a GID of the server's family ('smbctl doctor' lists "
+                      "each port's GIDs with their addresses) or unset SMB_RDMA_GID_INDEX");
+    }
     why = "SMB_RDMA_GID_INDEX";
     return chosen;
   }
