@@ -41,6 +41,12 @@
 #                connect, UDP 4791 blocked mid-transfer (the op's timeout
 #                names the QP and its state), the server's port down (doctor
 #                names it; the connect fails within 5 s)
+#   multi-nic    (VM only, not with --no-native-verbs) issue 37 item 3: smbd
+#                on two ports (rxe_a, and rxe_c on a second veth pair), a
+#                client that connects a rail to each and stripes a 32 MiB
+#                write and read over both (both ports' rxe counters grow);
+#                then one port goes down in the middle of a long write,
+#                which finishes over the other and verifies
 #   two-host     (VM only, it rewires the guest's network) two rxe devices on
 #                the two ends of a veth pair, client and servers on different
 #                devices: ibv_rc_pingpong across, then 2 smbd on one device
@@ -492,28 +498,50 @@ setup_two_host() {
   [[ -e /sys/class/infiniband/rxe_a ]] && return 0
   local c
   for c in \
-    "ip link add va type veth peer name vb" \
-    "ip addr add 10.0.3.1/24 dev va" \
-    "ip addr add 10.0.3.2/24 dev vb" \
-    "ip link set va up" \
-    "ip link set vb up" \
     "ip rule add pref 100 lookup local" \
     "ip rule del pref 0" \
-    "ip rule add pref 10 iif lo to 10.0.3.1 lookup 101" \
-    "ip rule add pref 11 iif lo to 10.0.3.2 lookup 102" \
-    "ip route add 10.0.3.1 dev vb src 10.0.3.2 table 101" \
-    "ip route add 10.0.3.2 dev va src 10.0.3.1 table 102" \
-    "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.va.rp_filter=0 net.ipv4.conf.vb.rp_filter=0" \
-    "sysctl -qw net.ipv4.conf.all.accept_local=1 net.ipv4.conf.va.accept_local=1 net.ipv4.conf.vb.accept_local=1" \
-    "rdma link add rxe_a type rxe netdev va" \
-    "rdma link add rxe_b type rxe netdev vb"; do
+    "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.all.accept_local=1"; do
     # shellcheck disable=SC2086
     $c || { fail "two-host set-up: $c"; return 1; }
   done
-  ip neigh replace 10.0.3.1 lladdr "$(cat /sys/class/net/va/address)" dev vb nud permanent
-  ip neigh replace 10.0.3.2 lladdr "$(cat /sys/class/net/vb/address)" dev va nud permanent
+  veth_pair va vb 10.0.3 rxe_a rxe_b 10 101 || return 1
   ibv_devices
   ip -4 route get 10.0.3.1 from 10.0.3.2
+}
+
+# veth_pair A B NET DEV_A DEV_B PREF TABLE: a veth pair A-B with NET.1/24 on
+# A and NET.2/24 on B, rdma_rxe devices DEV_A and DEV_B on them, and policy
+# routing (rules PREF and PREF+1, tables TABLE and TABLE+1) that sends
+# locally generated traffic for either end out through the other.
+veth_pair() {
+  local a=$1 b=$2 net=$3 dev_a=$4 dev_b=$5 pref=$6 table=$7 c
+  for c in \
+    "ip link add $a type veth peer name $b" \
+    "ip addr add $net.1/24 dev $a" \
+    "ip addr add $net.2/24 dev $b" \
+    "ip link set $a up" \
+    "ip link set $b up" \
+    "ip rule add pref $pref iif lo to $net.1 lookup $table" \
+    "ip rule add pref $((pref + 1)) iif lo to $net.2 lookup $((table + 1))" \
+    "sysctl -qw net.ipv4.conf.$a.rp_filter=0 net.ipv4.conf.$b.rp_filter=0" \
+    "sysctl -qw net.ipv4.conf.$a.accept_local=1 net.ipv4.conf.$b.accept_local=1" \
+    "rdma link add $dev_a type rxe netdev $a" \
+    "rdma link add $dev_b type rxe netdev $b"; do
+    # shellcheck disable=SC2086
+    $c || { fail "veth pair $a-$b: $c"; return 1; }
+  done
+  pair_routes "$a" "$b" "$net" "$table"
+}
+
+# pair_routes A B NET TABLE: veth_pair's routes and neighbours, again after
+# a test took A or B down (which drops them).
+pair_routes() {
+  local a=$1 b=$2 net=$3 table=$4
+  ip route replace "$net.1" dev "$b" src "$net.2" table "$table" &&
+    ip route replace "$net.2" dev "$a" src "$net.1" table $((table + 1)) &&
+    ip neigh replace "$net.1" lladdr "$(cat "/sys/class/net/$a/address")" dev "$b" nud permanent &&
+    ip neigh replace "$net.2" lladdr "$(cat "/sys/class/net/$b/address")" dev "$a" nud permanent ||
+    { fail "routes of the veth pair $a-$b"; return 1; }
 }
 
 case_two_host() {
@@ -659,8 +687,81 @@ case_failures() {
   expect_failure down-port 30 "server $server: connect: no answer within 5000 ms" \
     "${client[@]}" -- --servers "$server" --op write --size 1M || rc=1
   ip link set va up
+  pair_routes va vb 10.0.3 101 || rc=1
   stop_pids "$pid"
   cleanup
+  return $rc
+}
+
+# A second veth pair for multi-nic: rxe_c on wa (10.0.4.1), rxe_d on wb
+# (10.0.4.2), routed between each other the way two-host's pair is.
+setup_second_pair() {
+  [[ -e /sys/class/infiniband/rxe_c ]] && return 0
+  veth_pair wa wb 10.0.4 rxe_c rxe_d 12 103
+}
+
+teardown_second_pair() {
+  rdma link delete rxe_c 2>/dev/null
+  rdma link delete rxe_d 2>/dev/null
+  ip link del wa 2>/dev/null
+  ip rule del pref 12 2>/dev/null
+  ip rule del pref 13 2>/dev/null
+  return 0
+}
+
+# Packets an rxe port sent and received (its hw_counters).
+port_packets() {
+  local d=/sys/class/infiniband/$1/ports/1/hw_counters
+  echo $(($(cat "$d/sent_pkts") + $(cat "$d/rcvd_pkts")))
+}
+
+# Issue 37 item 3: every NIC carries traffic. smbd on rxe_a and rxe_c (two
+# ports, two subnets); the client, with no setting, connects one rail to
+# each (from rxe_b and rxe_d) and stripes over both: both server ports'
+# counters must grow by a fair share of a large write. Then wa goes down
+# in the middle of a long write: the transfer goes on over rxe_a and
+# verifies. Under emulation this is functional; its speed means nothing.
+case_multi_nic() {
+  setup_two_host || return 1
+  setup_second_pair || { teardown_second_pair; return 1; }
+  start_verbs_smbd smbd-mn 10.0.3.1:0 SMB_RDMA_DEVICE=rxe_a,rxe_c || { local rc=$?; teardown_second_pair; return $rc; }
+  local server=$SMBD_ADDRESS rc=0 a0 c0 a1 c1 log=$LOGS/bench-mn-failover.log pid took start
+  grep -q -E 'verbs: rails rxe_a port 1 \(10\.0\.3\.1\), rxe_c port 1 \(10\.0\.4\.1\)' "$LOGS/smbd-mn.log" ||
+    { fail "smbd does not name its two rails"; sed 's/^/  | /' "$LOGS/smbd-mn.log"; rc=1; }
+  local expect='verbs rdma via rxe_b port 1, .* and rxe_d port 1, .*2 rails, striped per 128 KiB'
+  a0=$(port_packets rxe_a) c0=$(port_packets rxe_c)
+  bench mn-write "$expect" SMB_TRANSPORT=verbs -- --servers "$server" --op write --size 32M --block 4M --verify --keep --name mn &&
+    bench mn-read "$expect" SMB_TRANSPORT=verbs -- --servers "$server" --op read --size 32M --block 4M --verify --name mn || rc=1
+  a1=$(port_packets rxe_a) c1=$(port_packets rxe_c)
+  say "packets through the server's ports during the write and read: rxe_a $((a1 - a0)), rxe_c $((c1 - c0))"
+  # 64 MiB moved in 1 KiB-MTU packets: each port must carry at least a quarter.
+  (((a1 - a0) > 16384 && (c1 - c0) > 16384)) || { fail "a port carried less than its share"; rc=1; }
+
+  say "failover: a long write, and wa (rxe_c's netdev) goes down in its middle"
+  start=$(date +%s)
+  timeout -k 5 300 env SMB_TRANSPORT=verbs "$SMB_BENCH" -v --servers "$server" --op write --size 32M --block 4M \
+    --iters 8 --verify --name mn >"$log" 2>&1 &
+  pid=$!
+  sleep 3
+  c0=$(port_packets rxe_c)
+  ((c0 > c1)) || { fail "rxe_c carried nothing of the long write before it went down"; rc=1; }
+  ip link set wa down
+  a0=$(port_packets rxe_a)
+  wait $pid
+  local bench_rc=$?
+  took=$(($(date +%s) - start))
+  a1=$(port_packets rxe_a)
+  ip link set wa up
+  pair_routes wa wb 10.0.4 103 || rc=1
+  sed 's/^/  | /' "$log"
+  ((bench_rc == 0)) || { fail "the write did not survive wa going down (status $bench_rc)"; rc=1; }
+  grep -q 'verify *ok' "$log" || { fail "the write that lost a port did not verify"; rc=1; }
+  grep -q -E "its rail via rxe_d port 1.* failed \(.*\); 1 rail\(s\) left carry its traffic" "$log" ||
+    { fail "libsmb did not say that the rail via rxe_d failed and one carries on"; rc=1; }
+  (((a1 - a0) > 16384)) || { fail "rxe_a did not carry the rest of the write"; rc=1; }
+  say "the write finished in $took s after losing a port; rxe_a carried $((a1 - a0)) packets after it"
+  cleanup
+  teardown_second_pair
   return $rc
 }
 
@@ -730,6 +831,8 @@ if ((${#FAILED[@]} == 0)); then
   ((NATIVE_VERBS)) && run_case doctor case_doctor
   ((TWO_HOST)) && run_case two-host case_two_host
   ((TWO_HOST && NATIVE_VERBS)) && run_case two-host-native case_two_host_native
+  # multi-nic before failures, which takes rxe_a's link down and blocks UDP 4791.
+  ((TWO_HOST && NATIVE_VERBS)) && run_case multi-nic case_multi_nic
   ((TWO_HOST && NATIVE_VERBS)) && run_case failures case_failures
   [[ -n $TRANSPORT_TESTS ]] && ((NATIVE_VERBS)) && run_case transport-native case_transport_native
   [[ -n $NATIVE_INTEGRATION ]] && ((NATIVE_VERBS)) && run_case integration-native case_integration_native

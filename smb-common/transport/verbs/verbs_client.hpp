@@ -1,30 +1,29 @@
 #pragma once
-// A client's side of the native verbs transport: one rdma_cm connection (RC
-// QP) per server, one-sided RDMA READ/WRITE and atomics on it.
+// A client's side of the native verbs transport: one channel per server,
+// made of rails (verbs_rail.hpp) -- one RC QP per server port the client
+// reaches, each from its own local port where it has one on that port's
+// subnet -- with one-sided RDMA READ/WRITE and atomics on them.
 //
-// Callers hand us arbitrary memory, which the NIC can only touch once
-// registered; rather than register (and pin) every caller buffer, each
-// channel owns a registered staging area cut into slots, one per send-queue
-// entry. A write copies into a slot before posting; a read or atomic lands in
-// a slot and is copied out on completion, so an abandoned op can never write
-// into the caller's memory late. Memory the caller registered
-// (Client::register_memory) is the exception: the NIC reads and writes it in
-// place, zero-copy. Ops wait in a backlog while every slot (and so every
-// send-queue entry) is busy: the send queue is bounded by design.
-//
-// Calls go out as SENDs from a slot; their replies land in receives posted
-// at connect (call_wire.hpp), at most kCallCredits calls unanswered.
+// Striping (issue 37 item 3): reads and writes are cut at 128 KiB
+// boundaries of the server's memory, and each 128 KiB of it always goes
+// over the same rail while the rails stand, so two ops on the same bytes
+// keep one QP's order. Atomics and calls take the first rail that stands,
+// so a word's atomics are done by one server device (NIC atomics are
+// atomic per device only) and calls stay in order. When a rail fails (a
+// failed completion, a port down, no completion for SMB_RDMA_RAIL_STALL_MS
+// while another rail works), its queued ops and its reads and writes in
+// flight go over the others; its atomics and calls in flight fail, since
+// the server may have applied them. The last rail's failure is the
+// channel's, as with one QP.
 #include "transport/channel_health.hpp"
-#include "transport/pending_table.hpp"
 #include "transport/transport.hpp"
-#include "transport/verbs/verbs_handles.hpp"
+#include "transport/verbs/verbs_rail.hpp"
 
 #include <chrono>
-#include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 namespace smb::transport::verbs {
@@ -48,6 +47,8 @@ class VerbsClientTransport final : public ClientTransport {
   void unregister_memory(std::uint64_t handle) override;
 
  private:
+  // A port's async events (IBV_EVENT_PORT_ERR): its rails fail at once.
+  void watch_ports(Rail::Clock::time_point now);
   friend class VerbsChannel;
   struct Region {
     std::byte* base;
@@ -57,25 +58,26 @@ class VerbsClientTransport final : public ClientTransport {
   std::vector<VerbsChannel*> channels_;
   std::map<std::uint64_t, Region> regions_;  // by handle
   std::uint64_t next_region_ = 1;
+  Rail::Clock::time_point next_port_watch_{};
   Bytes address_;  // clients need no address of their own: they dial out
 };
 
 class VerbsRemoteSegment final : public RemoteSegment {
  public:
-  VerbsRemoteSegment(SegmentDescriptor descriptor, std::uint32_t rkey)
-      : descriptor_(std::move(descriptor)), rkey_(rkey) {}
+  VerbsRemoteSegment(SegmentDescriptor descriptor, const RailKeys& rkeys)
+      : descriptor_(std::move(descriptor)), rkeys_(rkeys) {}
   const SegmentDescriptor& descriptor() const override { return descriptor_; }
-  std::uint32_t rkey() const { return rkey_; }
+  const RailKeys& rkeys() const { return rkeys_; }
 
  private:
   SegmentDescriptor descriptor_;
-  std::uint32_t rkey_;
+  RailKeys rkeys_;  // by the server's rail
 };
 
 class VerbsChannel final : public Channel {
  public:
-  // `ticket`: the session's (ChannelAdmission), sent with the connect request.
-  VerbsChannel(VerbsClientTransport& transport, std::uint16_t port, std::string peer,
+  // `ticket`: the session's (ChannelAdmission), sent with each rail's connect request.
+  VerbsChannel(VerbsClientTransport& transport, const ServerAddress& server, std::string peer,
                std::span<const std::uint8_t> ticket);
   ~VerbsChannel() override;
 
@@ -102,70 +104,34 @@ class VerbsChannel final : public Channel {
   void atomic(ibv_wr_opcode opcode, const char* what, RemoteSegment& seg, std::uint64_t offset,
               std::uint64_t operand, std::uint64_t compare, std::uint64_t* old_value,
               const CompletionPtr& completion);
-
-  // One work request's worth of an op (ops larger than a slot are split).
-  struct Piece {
-    CompletionPtr completion;
-    ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
-    std::uint64_t remote = 0;
-    std::uint32_t rkey = 0;
-    const std::byte* src = nullptr;  // writes
-    std::byte* dst = nullptr;        // reads: length bytes; atomics: 8 bytes
-    std::uint32_t length = 0;
-    std::uint64_t operand = 0;  // fetch-add: the addend; compare-swap: the new value
-    std::uint64_t compare = 0;
-    Bytes message{};  // calls (IBV_WR_SEND): header and frame; the payload is src/length
-    std::uint32_t lkey = 0;  // nonzero: src/dst is registered caller memory, used in place
-  };
-  // Caller memory registered with this channel's protection domain.
-  struct LocalRegion {
-    std::uint64_t handle;
-    std::size_t length;
-    MrPtr mr;
-  };
-  // A call sent (or queued), until its reply arrives.
-  struct PendingCall {
-    CompletionPtr completion;
-    Bytes* reply = nullptr;
-  };
+  // Connects one more rail to each other port of the server this host
+  // reaches (one per server port, at most SMB_RDMA_RAILS in all).
+  void connect_more_rails(const ServerAddress& server, std::span<const std::uint8_t> ticket);
 
   // All under transport_.mutex_.
-  void enqueue(Piece piece);
-  void add_region(std::uint64_t handle, std::byte* base, std::size_t length);
-  void remove_region(std::uint64_t handle);
-  // The lkey of a registered region holding [p, p + length), or 0.
-  std::uint32_t registered(const void* p, std::size_t length) const;
+  // The rail a piece goes over: its 128 KiB of server memory's, or the
+  // first standing one for atomics and calls; null when none stands.
+  Rail* rail_for(const Piece& piece);
+  void route(Piece piece);
+  // Cuts an op into pieces at 128 KiB boundaries of the server's memory.
   void split(Piece piece, std::size_t length);
-  void pump();
-  int poll_completions();
-  void complete(std::uint32_t slot);
-  void on_reply(std::uint32_t slot, std::size_t length);
-  void poll_cm_events();
+  int progress(Rail::Clock::time_point now);
+  // A rail failed: its work goes over the others, or the channel fails.
+  void on_rail_failed(Rail& rail);
+  // Fails rails that stall while another one works, and those on a port that went down.
+  void watch_rails(Rail::Clock::time_point now);
+  void port_down(ibv_context* context, std::uint8_t port);
   void fail(Errc code, const std::string& message);
   void drop(const Completion& completion);
+  void add_region(std::uint64_t handle, std::byte* base, std::size_t length);
+  void remove_region(std::uint64_t handle);
 
   VerbsClientTransport& transport_;
   std::string peer_;
-  // Destroyed bottom-up: the id (and its QP) before the MR, CQ and PD it uses.
-  EventChannelPtr events_;
-  PdPtr pd_;
-  CqPtr cq_;
-  std::vector<std::byte> staging_;
-  MrPtr staging_mr_;
-  std::map<const std::byte*, LocalRegion> local_;  // by base address
-  std::vector<std::byte> replies_;  // kCallCredits receives of kReplyMessage
-  MrPtr replies_mr_;
-  IdPtr id_;
-  std::vector<std::optional<Piece>> in_flight_;  // by slot (= wr_id)
-  std::vector<std::uint32_t> free_slots_;
-  std::deque<Piece> backlog_;
-  std::deque<std::uint32_t> posted_;  // slots in flight, in posting order
-  std::uint32_t unsignalled_ = 0;     // WRs posted since the last signalled one
-  PendingTable<PendingCall> calls_;
-  std::uint32_t credits_used_ = 0;  // calls sent whose reply has not come (abandoned ones too)
-  std::chrono::steady_clock::time_point last_completion_ = std::chrono::steady_clock::now();  // for stall_report
-  std::string device_;
-  std::string route_;  // "rxe0 port 1, GID 1 (RoCE v2, 10.0.2.15)": what rdma_cm chose
+  std::vector<std::unique_ptr<Rail>> rails_;  // [0]: through the control host's address
+  std::vector<Rail*> standing_;               // the rails that have not failed, in order
+  std::vector<std::string> not_connected_;    // other server ports, and why no rail reaches them
+  Rail::Clock::time_point next_watch_{};
   ChannelHealth health_;
 };
 

@@ -13,24 +13,6 @@
 
 namespace smb::transport::verbs {
 
-std::vector<std::uint8_t> encode_address(std::uint16_t port) {
-  WireAddress a;
-  a.port = port;
-  std::vector<std::uint8_t> out(sizeof a);
-  std::memcpy(out.data(), &a, sizeof a);
-  return out;
-}
-
-std::uint16_t decode_address(const std::vector<std::uint8_t>& bytes, const std::string& peer) {
-  WireAddress a;
-  if (bytes.size() != sizeof a || std::memcmp(bytes.data(), a.magic, sizeof a.magic) != 0)
-    throw Error(Errc::protocol, "server " + peer +
-                                    ": its transport address is not a verbs one (start smbd with "
-                                    "--transport verbs, or unset SMB_TRANSPORT=verbs)");
-  std::memcpy(&a, bytes.data(), sizeof a);
-  return a.port;
-}
-
 void throw_errno(const std::string& what, int error) {
   std::string hint;
   if (error == ENODEV || error == ENOENT)
@@ -162,24 +144,6 @@ void check_port(ibv_context* context, std::uint8_t port, const char* who) {
     throw Error(Errc::transport, std::string(who) + ": " + where +
                                      " has no GID: give its network interface an IP address "
                                      "(RoCE derives GIDs from them)");
-}
-
-ibv_context* pick_device(const char* who) {
-  int count = 0;
-  std::unique_ptr<ibv_context*, DevicesDeleter> list(rdma_get_devices(&count));
-  if (!list || count == 0)
-    throw Error(Errc::transport,
-                std::string(who) + ": no RDMA device: load a driver, or add soft-RoCE with "
-                                   "'rdma link add rxe0 type rxe netdev IFACE' (docs/softroce.md)");
-  const char* wanted = std::getenv("SMB_RDMA_DEVICE");
-  for (int i = 0; i < count; ++i) {
-    ibv_context* c = list.get()[i];
-    if (wanted != nullptr && *wanted != '\0' && device_name(c) != wanted) continue;
-    check_port(c, 1, who);
-    return c;
-  }
-  throw Error(Errc::transport,
-              std::string(who) + ": no RDMA device named '" + wanted + "' (see 'ibv_devices'; SMB_RDMA_DEVICE)");
 }
 
 EventPtr next_event(rdma_event_channel* channel, std::chrono::milliseconds timeout) {

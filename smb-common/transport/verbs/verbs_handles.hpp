@@ -17,14 +17,27 @@
 namespace smb::transport::verbs {
 
 // What the server puts in its transport address: the rdma_cm port it
-// listens on. The server listens on every address, so the client connects to
-// the host it already reaches the control plane on.
-struct WireAddress {
-  char magic[4] = {'S', 'M', 'B', 'V'};
-  std::uint16_t port = 0;  // host byte order
+// listens on (every address), and one address per rail: each active RDMA
+// port it registered its memory with, in the order of the rkeys in each
+// segment's key. A client connects its first rail to the host it reaches
+// the control plane on, and one more to each other rail it can reach
+// (issue 37 item 3). Wire form: "SMBV", the port, then a count and, per
+// rail, a family byte (4 or 6) and 16 address bytes; a server of one rail
+// sends the first 6 bytes alone.
+// The most ports a server stripes over (and so rkeys in a segment's key).
+inline constexpr std::size_t kMaxRails = 8;
+struct ServerAddress {
+  std::uint16_t port = 0;
+  std::vector<sockaddr_storage> rails;  // their ports are 0
 };
-std::vector<std::uint8_t> encode_address(std::uint16_t port);
-std::uint16_t decode_address(const std::vector<std::uint8_t>& bytes, const std::string& peer);
+std::vector<std::uint8_t> encode_address(const ServerAddress& address);
+ServerAddress decode_address(const std::vector<std::uint8_t>& bytes, const std::string& peer);
+
+// The server's rdma_accept private data: which of its rails accepted.
+struct AcceptData {
+  char magic[4] = {'S', 'M', 'B', 'R'};
+  std::uint8_t rail = 0;
+};
 
 // errno-style failure of a verbs/rdma_cm call, with a hint for the usual causes.
 [[noreturn]] void throw_errno(const std::string& what, int error);
@@ -61,10 +74,26 @@ void create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, std::uint32_t send_depth,
 // Posts one receive of `length` bytes at `buffer` (in `mr`); false if the QP refused it.
 bool post_recv(ibv_qp* qp, ibv_mr* mr, std::byte* buffer, std::size_t length, std::uint64_t wr_id);
 
-// The device rdma_cm would use: $SMB_RDMA_DEVICE or the first one. Throws
-// (naming the fix) if there is none, its port is down, or it has no GID.
+// SMB_RDMA_DEVICE's names ("rxe_a" or "mlx5_0,mlx5_1"); empty: unset.
+std::vector<std::string> wanted_devices();
+bool device_wanted(const std::string& name);
+// The device rdma_cm would use: SMB_RDMA_DEVICE's first or the first one.
+// Throws (naming the fix) if there is none, a name in SMB_RDMA_DEVICE is
+// no device, the port is down, or it has no GID.
 // Contexts belong to librdmacm and live as long as the process.
 ibv_context* pick_device(const char* who);
+// A local RDMA port with an IP address: one rail of a server.
+struct LocalPort {
+  ibv_context* context = nullptr;
+  std::uint8_t port = 1;
+  sockaddr_storage address{};  // the first of its interface's addresses
+};
+// Every active port of the devices SMB_RDMA_DEVICE allows (all, unset)
+// that an interface address binds to, by device name and port: rdma_cm's
+// own answer to which port an address belongs to (RoCE and IPoIB alike).
+std::vector<LocalPort> local_ports(const char* who);
+// "10.0.3.1"
+std::string address_text(const sockaddr* address);
 // Throws if port `port` of `context` is not active, or has no GID.
 void check_port(ibv_context* context, std::uint8_t port, const char* who);
 std::string device_name(ibv_context* context);
@@ -83,6 +112,12 @@ std::optional<sockaddr_storage> chosen_source(const char* who);
 // thread's NUMA node (host/numa.hpp); else nullopt: rdma_cm's own route.
 // `why` says which rule chose (empty: none did).
 std::optional<sockaddr_storage> choose_source(const sockaddr* peer, std::string& why, const char* who);
+
+// The local address to connect a further rail to `rail` (another port of
+// a server) from: an address on the rail's subnet, of an interface other
+// than those in `used` where there is one; nullopt where this host has
+// no address on that subnet (the rail is not connected).
+std::optional<sockaddr_storage> rail_source(const sockaddr* rail, const std::vector<sockaddr_storage>& used);
 
 // Waits for the next event on `channel` (non-blocking fd); nullptr on timeout.
 // The caller acks it (EventPtr does).

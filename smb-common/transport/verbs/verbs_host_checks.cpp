@@ -131,13 +131,13 @@ std::optional<sockaddr_storage> chosen_source(const char* who) {
                                             "' is not a GID index (0 to " + std::to_string(kMaxGids - 1) + ")");
   int count = 0;
   std::unique_ptr<ibv_context*, DevicesDeleter> list(rdma_get_devices(&count));
-  const char* wanted = std::getenv("SMB_RDMA_DEVICE");
+  const auto wanted = wanted_devices();  // the index is the first named device's
   ibv_context* context = nullptr;
   for (int i = 0; i < count && context == nullptr; ++i)
-    if (wanted == nullptr || *wanted == '\0' || device_name(list.get()[i]) == wanted) context = list.get()[i];
+    if (wanted.empty() || device_name(list.get()[i]) == wanted.front()) context = list.get()[i];
   if (context == nullptr)
     throw Error(Errc::transport, std::string(who) + ": SMB_RDMA_GID_INDEX is set, but there is no RDMA device" +
-                                     (wanted != nullptr && *wanted != '\0' ? std::string(" named ") + wanted : ""));
+                                     (!wanted.empty() ? " named " + wanted.front() : std::string()));
   const auto where = device_name(context) + " port 1";
   ibv_gid_entry entry{};
   if (ibv_query_gid_ex(context, 1, static_cast<std::uint32_t>(index), &entry, 0) != 0)
@@ -158,6 +158,15 @@ struct RoceAddress {
   sockaddr_storage address{};
   bool on_peer_subnet = false;
 };
+
+bool same_address_as(const sockaddr* a, const sockaddr* b) {
+  if (a->sa_family != b->sa_family) return false;
+  if (a->sa_family == AF_INET6)
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6*>(b)->sin6_addr, 16) == 0;
+  return reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr ==
+         reinterpret_cast<const sockaddr_in*>(b)->sin_addr.s_addr;
+}
 
 bool same_subnet(const sockaddr* a, const sockaddr* b, const sockaddr* mask) {
   if (a->sa_family != b->sa_family || mask == nullptr) return false;
@@ -232,16 +241,15 @@ std::optional<sockaddr_storage> choose_source(const sockaddr* peer, std::string&
     return chosen;
   }
   const auto addresses = roce_addresses(peer);
-  const char* wanted = std::getenv("SMB_RDMA_DEVICE");
-  if (wanted != nullptr && *wanted != '\0') {
-    // That device's address on the peer's subnet, else its first of the peer's family.
+  if (!wanted_devices().empty()) {
+    // A named device's address on the peer's subnet, else the first of the peer's family.
     const RoceAddress* pick = nullptr;
     for (const auto& a : addresses)
-      if (a.device == wanted && (pick == nullptr || (a.on_peer_subnet && !pick->on_peer_subnet))) pick = &a;
+      if (device_wanted(a.device) && (pick == nullptr || (a.on_peer_subnet && !pick->on_peer_subnet))) pick = &a;
     if (pick == nullptr) {
       spdlog::debug("{}: SMB_RDMA_DEVICE={} has no active RoCE v2 address of the server's family (InfiniBand, or "
                     "a port down): rdma_cm's route decides",
-                    who, wanted);
+                    who, std::getenv("SMB_RDMA_DEVICE"));
       return std::nullopt;
     }
     why = "SMB_RDMA_DEVICE";
@@ -271,6 +279,28 @@ std::optional<sockaddr_storage> choose_source(const sockaddr* peer, std::string&
   return reach[*nearest]->address;
 }
 
+std::optional<sockaddr_storage> rail_source(const sockaddr* rail, const std::vector<sockaddr_storage>& used) {
+  ifaddrs* raw = nullptr;
+  if (::getifaddrs(&raw) != 0) return std::nullopt;
+  const std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> interfaces(raw, &::freeifaddrs);
+  const auto same_address = [](const sockaddr_storage& a, const sockaddr* b) {
+    return same_address_as(reinterpret_cast<const sockaddr*>(&a), b);
+  };
+  std::optional<sockaddr_storage> pick;
+  for (const ifaddrs* f = interfaces.get(); f != nullptr; f = f->ifa_next) {
+    if (f->ifa_addr == nullptr || (f->ifa_flags & IFF_LOOPBACK) != 0 || (f->ifa_flags & IFF_UP) == 0 ||
+        !same_subnet(f->ifa_addr, rail, f->ifa_netmask) || same_address_as(f->ifa_addr, rail))
+      continue;  // (the rail's own address: a client on the server's host goes over a port of its own)
+    const bool taken = std::any_of(used.begin(), used.end(), [&](const auto& u) { return same_address(u, f->ifa_addr); });
+    if (pick && taken) continue;  // an untaken one is better; a taken one still serves
+    sockaddr_storage address{};
+    std::memcpy(&address, f->ifa_addr, f->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    pick = address;
+    if (!taken) break;
+  }
+  return pick;
+}
+
 std::vector<HostFinding> check_host(const HostCheckOptions& options) {
   // A missing device is what blocks where verbs is the transport asked for;
   // where every transport is checked, UCX over TCP may still carry the data.
@@ -289,7 +319,7 @@ std::vector<HostFinding> check_host(const HostCheckOptions& options) {
     out.push_back(host::memlock_finding(options.pinned_bytes, "the verbs transport"));
     return out;
   }
-  const char* chosen = std::getenv("SMB_RDMA_DEVICE");
+  const bool named = !wanted_devices().empty();
   bool any_active = false;
   for (int i = 0; i < count; ++i) {
     ibv_context* context = list.get()[i];
@@ -304,7 +334,7 @@ std::vector<HostFinding> check_host(const HostCheckOptions& options) {
     out.push_back({Level::ok, "rdma device " + name,
                    std::to_string(device.phys_port_cnt) + " port(s)" + (soft ? ", soft-RoCE (rdma_rxe)" : "") +
                        (node ? ", NUMA node " + std::to_string(*node) : "") +
-                       (chosen != nullptr && name == chosen ? ", chosen by SMB_RDMA_DEVICE" : ""),
+                       (named && device_wanted(name) ? ", chosen by SMB_RDMA_DEVICE" : ""),
                    ""});
     for (std::uint8_t port = 1; port <= device.phys_port_cnt; ++port) {
       const auto where = name + "/" + std::to_string(port);
@@ -342,7 +372,19 @@ std::vector<HostFinding> check_host(const HostCheckOptions& options) {
   if (!any_active)
     out.push_back({wanted ? Level::fail : Level::warn, "rdma port", "no RDMA port is active",
                    "ip link set " + iface + " up (RoCE), or start a subnet manager (InfiniBand)"});
-  out.push_back(host::memlock_finding(options.pinned_bytes, "the verbs transport"));
+  // smbd registers its pool once per port it stripes over, and each registration pins it again.
+  std::size_t ports = 1;
+  if (options.pinned_bytes != 0) {
+    try {
+      ports = std::max<std::size_t>(1, local_ports("smb doctor").size());
+    } catch (const Error&) {
+      // No rdma_cm: the findings above say why; count one port.
+    }
+  }
+  out.push_back(host::memlock_finding(options.pinned_bytes * ports,
+                                      ports > 1 ? "the verbs transport, once per port (" + std::to_string(ports) +
+                                                      " ports),"
+                                                : std::string("the verbs transport")));
   return out;
 }
 

@@ -23,6 +23,7 @@ constexpr std::uint64_t kRecvBit = 1ull << 32;       // wr_id of a receive: kRec
 // (calls) and its reply send slots. Destroyed bottom-up: the id and its QP
 // first, then the memory and the CQ they use.
 struct VerbsServerTransport::Connection {
+  const ServerRail* rail = nullptr;
   CqPtr cq;
   std::vector<std::byte> receives;  // kCallCredits x kCallMessage
   MrPtr receives_mr;
@@ -41,17 +42,42 @@ struct VerbsServerTransport::Connection {
   }
 };
 
-VerbsRegistration::VerbsRegistration(ibv_pd* pd, void* base, std::size_t length)
-    : mr_(register_mr(pd, base, length, kAccess, "smbd")), rkey_(sizeof mr_->rkey) {
-  std::memcpy(rkey_.data(), &mr_->rkey, sizeof mr_->rkey);
+VerbsRegistration::VerbsRegistration(const std::vector<ibv_pd*>& pds, void* base, std::size_t length) {
+  for (ibv_pd* pd : pds) {
+    mrs_.push_back(register_mr(pd, base, length, kAccess, "smbd"));
+    const std::uint32_t rkey = mrs_.back()->rkey;
+    rkeys_.resize(rkeys_.size() + sizeof rkey);
+    std::memcpy(rkeys_.data() + rkeys_.size() - sizeof rkey, &rkey, sizeof rkey);
+  }
 }
 
+namespace {
+// The ports clients stripe over: every active one SMB_RDMA_DEVICE allows
+// that has an address; where none has (or to keep the checks and errors of
+// a single device), the one pick_device names.
+std::vector<LocalPort> server_ports() {
+  ibv_context* first = pick_device("smbd");  // throws naming the fix: no device, unknown name, port down
+  auto ports = local_ports("smbd");
+  if (ports.size() > kMaxRails) ports.resize(kMaxRails);
+  if (ports.empty()) ports.push_back(LocalPort{first, 1, {}});
+  return ports;
+}
+}  // namespace
+
+std::vector<VerbsServerTransport::ServerRail> VerbsServerTransport::make_rails() {
+  std::vector<ServerRail> rails;
+  for (auto& port : server_ports())
+    rails.push_back(ServerRail{port, make_pd(port.context, "smbd"), make_comp_channel(port.context, "smbd")});
+  return rails;
+}
+
+// The devices are opened (rails_) before the rdma_cm event channel, so
+// that at exit the kernel closes the devices' files first, as it always
+// did: a client writing into a dying smbd then sees the disconnect, not
+// "remote access error" from memory already deregistered, first (seen in
+// the VM as a replicated write failing instead of losing a copy).
 VerbsServerTransport::VerbsServerTransport()
-    : context_(pick_device("smbd")),
-      pd_(make_pd(context_, "smbd")),
-      completions_(make_comp_channel(context_, "smbd")),
-      events_(make_event_channel("smbd")),
-      listener_(make_id(events_.get(), this, "smbd")) {
+    : rails_(make_rails()), events_(make_event_channel("smbd")), listener_(make_id(events_.get(), this, "smbd")) {
   // Every address, any free port: the port travels in address() and clients
   // dial the host they reach the control plane on.
   sockaddr_in any{};
@@ -59,9 +85,24 @@ VerbsServerTransport::VerbsServerTransport()
   if (rdma_bind_addr(listener_.get(), reinterpret_cast<sockaddr*>(&any)) != 0)
     throw_errno("smbd: rdma_bind_addr", errno);
   if (rdma_listen(listener_.get(), 64) != 0) throw_errno("smbd: rdma_listen", errno);
-  address_ = encode_address(ntohs(rdma_get_src_port(listener_.get())));
-  spdlog::info("verbs: device {}, rdma_cm port {}", device_name(context_),
-               ntohs(rdma_get_src_port(listener_.get())));
+  ServerAddress address{ntohs(rdma_get_src_port(listener_.get())), {}};
+  std::string ports;
+  for (const auto& rail : rails_) {
+    address.rails.push_back(rail.port.address);
+    ports += (ports.empty() ? "" : ", ") + device_name(rail.port.context) + " port " +
+             std::to_string(rail.port.port) +
+             (rail.port.address.ss_family != 0
+                  ? " (" + address_text(reinterpret_cast<const sockaddr*>(&rail.port.address)) + ")"
+                  : "");
+  }
+  address_ = encode_address(address);
+  spdlog::info("verbs: {} {}, rdma_cm port {}", rails_.size() > 1 ? "rails" : "device", ports, address.port);
+}
+
+const VerbsServerTransport::ServerRail* VerbsServerTransport::rail_of(const rdma_cm_id* id) const {
+  for (const auto& rail : rails_)
+    if (rail.port.context == id->verbs && (rails_.size() == 1 || rail.port.port == id->port_num)) return &rail;
+  return nullptr;
 }
 
 VerbsServerTransport::~VerbsServerTransport() {
@@ -71,7 +112,9 @@ VerbsServerTransport::~VerbsServerTransport() {
 }
 
 std::unique_ptr<Registration> VerbsServerTransport::register_memory(void* base, std::size_t length) {
-  return std::make_unique<VerbsRegistration>(pd_.get(), base, length);
+  std::vector<ibv_pd*> pds;
+  for (const auto& rail : rails_) pds.push_back(rail.pd.get());
+  return std::make_unique<VerbsRegistration>(pds, base, length);
 }
 
 void VerbsServerTransport::start(SegmentResolver /*resolver*/, CallHandler calls, const ServerTuning& tuning,
@@ -93,11 +136,14 @@ void VerbsServerTransport::stop() { thread_.stop(); }
 void VerbsServerTransport::event_loop(const std::stop_token& stop) {
   IdleSpin idle(tuning_);
   bool worked = false;
+  std::vector<pollfd> fds(2 + rails_.size());
   while (!stop.stop_requested()) {
     const bool sleep = idle.may_sleep(worked);
     worked = false;
-    pollfd fds[3] = {{events_->fd, POLLIN, 0}, {completions_->fd, POLLIN, 0}, {thread_.wake_fd(), POLLIN, 0}};
-    if (::poll(fds, 3, sleep ? 500 : 0) > 0 && sleep) idle.woke();
+    fds[0] = {events_->fd, POLLIN, 0};
+    fds[1] = {thread_.wake_fd(), POLLIN, 0};
+    for (std::size_t i = 0; i < rails_.size(); ++i) fds[2 + i] = {rails_[i].completions->fd, POLLIN, 0};
+    if (::poll(fds.data(), fds.size(), sleep ? 500 : 0) > 0 && sleep) idle.woke();
     for (;;) {
       rdma_cm_event* raw = nullptr;
       if (rdma_get_cm_event(events_.get(), &raw) != 0) break;  // EAGAIN: drained
@@ -111,17 +157,18 @@ void VerbsServerTransport::event_loop(const std::stop_token& stop) {
         spdlog::error("verbs: {}", e.what());
       }
     }
-    for (;;) {
-      ibv_cq* cq = nullptr;
-      void* owner = nullptr;
-      if (ibv_get_cq_event(completions_.get(), &cq, &owner) != 0) break;  // EAGAIN: drained
-      ibv_ack_cq_events(cq, 1);
-      ibv_req_notify_cq(cq, 0);  // re-armed before polling, so no completion slips between
-      worked |= poll_connection(*static_cast<Connection*>(owner));
-    }
+    for (const auto& rail : rails_)
+      for (;;) {
+        ibv_cq* cq = nullptr;
+        void* owner = nullptr;
+        if (ibv_get_cq_event(rail.completions.get(), &cq, &owner) != 0) break;  // EAGAIN: drained
+        ibv_ack_cq_events(cq, 1);
+        ibv_req_notify_cq(cq, 0);  // re-armed before polling, so no completion slips between
+        worked |= poll_connection(*static_cast<Connection*>(owner));
+      }
     if (!sleep)
       for (auto& [id, connection] : connections_) worked |= poll_connection(*connection);
-    if (fds[2].revents & POLLIN) thread_.clear_wake();
+    if (fds[1].revents & POLLIN) thread_.clear_wake();
     worked |= send_replies();
     if (revoked_since(admission_, revocations_seen_)) drop_revoked();
   }
@@ -240,7 +287,7 @@ void VerbsServerTransport::on_event(const rdma_cm_event& event) {
       connections_.erase(event.id);  // destroys its QP and id
       break;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
-      spdlog::error("verbs: RDMA device {} was removed; clients will fail", device_name(context_));
+      spdlog::error("verbs: RDMA device {} was removed; its clients' rails fail", device_name(event.id->verbs));
       break;
     default:
       break;
@@ -261,9 +308,12 @@ void VerbsServerTransport::drop_revoked() {
 
 void VerbsServerTransport::accept(rdma_cm_id* id, const rdma_conn_param& requested) {
   IdPtr owned(id);  // rejected or not, this id is ours to destroy
-  if (id->verbs != context_) {
-    spdlog::warn("verbs: refusing a connection on device {}: smbd registered its memory with {} "
-                 "(choose with SMB_RDMA_DEVICE)", device_name(id->verbs), device_name(context_));
+  const ServerRail* rail = rail_of(id);
+  if (rail == nullptr) {
+    std::string registered;
+    for (const auto& r : rails_) registered += (registered.empty() ? "" : ", ") + device_name(r.port.context);
+    spdlog::warn("verbs: refusing a connection on device {} port {}: smbd registered its memory with {} "
+                 "(choose with SMB_RDMA_DEVICE)", device_name(id->verbs), id->port_num, registered);
     rdma_reject(id, nullptr, 0);
     return;
   }
@@ -280,20 +330,22 @@ void VerbsServerTransport::accept(rdma_cm_id* id, const rdma_conn_param& request
   }
   auto c = std::make_shared<Connection>();
   c->ticket = std::move(ticket);
-  c->cq = make_cq(context_, static_cast<int>(kCallCredits + kReplyDepth), "smbd", completions_.get(), c.get());
-  create_qp(id, pd_.get(), c->cq.get(), kReplyDepth, kCallCredits, "smbd");
+  c->rail = rail;
+  ibv_pd* pd = rail->pd.get();
+  c->cq = make_cq(id->verbs, static_cast<int>(kCallCredits + kReplyDepth), "smbd", rail->completions.get(), c.get());
+  create_qp(id, pd, c->cq.get(), kReplyDepth, kCallCredits, "smbd");
   c->id = std::move(owned);
   c->receives.resize(kCallCredits * kCallMessage);
-  c->receives_mr = register_mr(pd_.get(), c->receives.data(), c->receives.size(), IBV_ACCESS_LOCAL_WRITE, "smbd");
+  c->receives_mr = register_mr(pd, c->receives.data(), c->receives.size(), IBV_ACCESS_LOCAL_WRITE, "smbd");
   c->sends.resize(kReplyDepth * kReplyMessage);
-  c->sends_mr = register_mr(pd_.get(), c->sends.data(), c->sends.size(), 0, "smbd");
+  c->sends_mr = register_mr(pd, c->sends.data(), c->sends.size(), 0, "smbd");
   for (std::uint32_t i = 0; i < kReplyDepth; ++i) c->free_sends.push_back(i);
   // Receives are posted before the client can send its first call.
   for (std::uint32_t i = 0; i < kCallCredits; ++i)
     if (!c->repost(i)) throw_errno("smbd: ibv_post_recv", errno);
   if (ibv_req_notify_cq(c->cq.get(), 0) != 0) throw_errno("smbd: ibv_req_notify_cq", errno);
   ibv_device_attr attr{};
-  if (ibv_query_device(context_, &attr) != 0) throw_errno("smbd: ibv_query_device", errno);
+  if (ibv_query_device(id->verbs, &attr) != 0) throw_errno("smbd: ibv_query_device", errno);
   rdma_conn_param param{};
   // The client's READs and atomics are served by our responder resources.
   // rdma_cm reports the request from our side: its responder_resources is
@@ -302,6 +354,11 @@ void VerbsServerTransport::accept(rdma_cm_id* id, const rdma_conn_param& request
       std::min<int>(requested.responder_resources, attr.max_qp_rd_atom));
   param.initiator_depth = 0;
   param.rnr_retry_count = 7;
+  // Which rail accepted: the client uses that rail's rkey of each segment.
+  AcceptData accepted;
+  accepted.rail = static_cast<std::uint8_t>(rail - rails_.data());
+  param.private_data = &accepted;
+  param.private_data_len = sizeof accepted;
   if (rdma_accept(id, &param) != 0) throw_errno("smbd: rdma_accept", errno);
   connections_.emplace(id, std::move(c));
 }

@@ -1,7 +1,8 @@
 #pragma once
 // The daemon's side of the native verbs transport: one memory registration
-// (and rkey) per segment, and a thread that accepts rdma_cm connections and
-// serves calls. Clients read, write and do atomics one-sided: the server CPU
+// (and rkey) per segment and per rail -- each active RDMA port it uses, so
+// that clients stripe over all of them (issue 37 item 3) -- and a thread
+// that accepts rdma_cm connections and serves calls. Clients read, write and do atomics one-sided: the server CPU
 // does nothing per op. Calls (vector ops, version waits) come as SENDs into
 // receives each connection keeps posted (call_wire.hpp); replies go back as
 // SENDs, posted by this thread.
@@ -18,14 +19,16 @@
 
 namespace smb::transport::verbs {
 
+// The segment registered with each rail's protection domain; its key is
+// their rkeys, 4 bytes each (host order), in rail order.
 class VerbsRegistration final : public Registration {
  public:
-  VerbsRegistration(ibv_pd* pd, void* base, std::size_t length);
-  const Bytes& remote_key() const override { return rkey_; }
+  VerbsRegistration(const std::vector<ibv_pd*>& pds, void* base, std::size_t length);
+  const Bytes& remote_key() const override { return rkeys_; }
 
  private:
-  MrPtr mr_;
-  Bytes rkey_;  // the MR's rkey, 4 bytes host order
+  std::vector<MrPtr> mrs_;
+  Bytes rkeys_;
 };
 
 class VerbsServerTransport final : public ServerTransport {
@@ -44,6 +47,13 @@ class VerbsServerTransport final : public ServerTransport {
 
  private:
   struct Connection;
+  // One active port clients reach this server through: its own protection
+  // domain (a domain belongs to one device) and completion channel.
+  struct ServerRail {
+    LocalPort port;
+    PdPtr pd;
+    CompChannelPtr completions;  // every connection's CQ on this rail reports here
+  };
 
   void event_loop(const std::stop_token& stop);
   void on_event(const rdma_cm_event& event);
@@ -56,11 +66,12 @@ class VerbsServerTransport final : public ServerTransport {
   void send_reply(Connection& c, std::uint64_t token, Bytes frame);
   void post_reply(Connection& c, std::uint64_t token, const Bytes& frame);
 
+  static std::vector<ServerRail> make_rails();
+  const ServerRail* rail_of(const rdma_cm_id* id) const;
+
   // Declaration order is destruction order in reverse: connections (QPs)
-  // before the CQ and PD, the listening id before its event channel.
-  ibv_context* context_;
-  PdPtr pd_;
-  CompChannelPtr completions_;  // every connection's CQ reports here
+  // before the CQs and PDs, the listening id before its event channel.
+  std::vector<ServerRail> rails_;
   EventChannelPtr events_;
   IdPtr listener_;
   std::map<rdma_cm_id*, std::shared_ptr<Connection>> connections_;  // touched only by the thread once started
