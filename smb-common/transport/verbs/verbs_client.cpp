@@ -147,7 +147,7 @@ VerbsChannel::VerbsChannel(VerbsClientTransport& transport, const ServerAddress&
   std::string chose_by;
   auto source = choose_source(info->ai_addr, chose_by, ("libsmb: " + where).c_str());
   rails_.push_back(std::make_unique<Rail>(info->ai_addr, source, chose_by, peer_, ticket, deadline));
-  if (!chosen_source("libsmb")) connect_more_rails(server, ticket);  // a GID index pins the one path
+  if (chose_by != "SMB_RDMA_GID_INDEX") connect_more_rails(server, ticket);  // a GID index pins the one path
 
   std::lock_guard lock(transport_.mutex_);
   for (auto& rail : rails_) {

@@ -225,15 +225,10 @@ std::optional<sockaddr_storage> choose_source(const sockaddr* peer, std::string&
     // rdma_cm answers a source of the other family with a bare EINVAL.
     if (chosen->ss_family != peer->sa_family) {
       const auto family = [](int f) { return f == AF_INET6 ? "IPv6" : "IPv4"; };
-      char text[INET6_ADDRSTRLEN] = "?";
       const auto* s = reinterpret_cast<const sockaddr*>(&*chosen);
-      ::inet_ntop(s->sa_family,
-                  s->sa_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(s)->sin6_addr)
-                                           : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(s)->sin_addr),
-                  text, sizeof text);
       throw Error(Errc::invalid_argument,
                   std::string(who) + ": SMB_RDMA_GID_INDEX=" + std::getenv("SMB_RDMA_GID_INDEX") + " is the " +
-                      family(s->sa_family) + " address " + text + ", and the server is " + family(peer->sa_family) +
+                      family(s->sa_family) + " address " + address_text(s) + ", and the server is " + family(peer->sa_family) +
                       ": rdma_cm cannot route between them; pick a GID of the server's family ('smbctl doctor' lists "
                       "each port's GIDs with their addresses) or unset SMB_RDMA_GID_INDEX");
     }
@@ -283,15 +278,14 @@ std::optional<sockaddr_storage> rail_source(const sockaddr* rail, const std::vec
   ifaddrs* raw = nullptr;
   if (::getifaddrs(&raw) != 0) return std::nullopt;
   const std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> interfaces(raw, &::freeifaddrs);
-  const auto same_address = [](const sockaddr_storage& a, const sockaddr* b) {
-    return same_address_as(reinterpret_cast<const sockaddr*>(&a), b);
-  };
   std::optional<sockaddr_storage> pick;
   for (const ifaddrs* f = interfaces.get(); f != nullptr; f = f->ifa_next) {
     if (f->ifa_addr == nullptr || (f->ifa_flags & IFF_LOOPBACK) != 0 || (f->ifa_flags & IFF_UP) == 0 ||
         !same_subnet(f->ifa_addr, rail, f->ifa_netmask) || same_address_as(f->ifa_addr, rail))
       continue;  // (the rail's own address: a client on the server's host goes over a port of its own)
-    const bool taken = std::any_of(used.begin(), used.end(), [&](const auto& u) { return same_address(u, f->ifa_addr); });
+    const bool taken = std::any_of(used.begin(), used.end(), [&](const sockaddr_storage& u) {
+      return same_address_as(reinterpret_cast<const sockaddr*>(&u), f->ifa_addr);
+    });
     if (pick && taken) continue;  // an untaken one is better; a taken one still serves
     sockaddr_storage address{};
     std::memcpy(&address, f->ifa_addr, f->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));

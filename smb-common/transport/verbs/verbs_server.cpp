@@ -23,7 +23,6 @@ constexpr std::uint64_t kRecvBit = 1ull << 32;       // wr_id of a receive: kRec
 // (calls) and its reply send slots. Destroyed bottom-up: the id and its QP
 // first, then the memory and the CQ they use.
 struct VerbsServerTransport::Connection {
-  const ServerRail* rail = nullptr;
   CqPtr cq;
   std::vector<std::byte> receives;  // kCallCredits x kCallMessage
   MrPtr receives_mr;
@@ -330,7 +329,6 @@ void VerbsServerTransport::accept(rdma_cm_id* id, const rdma_conn_param& request
   }
   auto c = std::make_shared<Connection>();
   c->ticket = std::move(ticket);
-  c->rail = rail;
   ibv_pd* pd = rail->pd.get();
   c->cq = make_cq(id->verbs, static_cast<int>(kCallCredits + kReplyDepth), "smbd", rail->completions.get(), c.get());
   create_qp(id, pd, c->cq.get(), kReplyDepth, kCallCredits, "smbd");
