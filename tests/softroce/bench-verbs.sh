@@ -40,7 +40,7 @@ BENCH_FLAGS=()
 bench() {
   local server=$1 op=$2
   shift 2
-  env "$@" "$BUILD/tools/smb-bench" --servers "$server" --name "bench-$op" --op "$op" --size 8M --block 1M \
+  env "$@" "$BUILD/tools/smb-bench" --servers "$server" --op "$op" --size 8M --block 1M \
     --iters "$((ITERS / 8 + 1))" --depth 8 --json "${BENCH_FLAGS[@]}" |
     python3 -c 'import json,sys; print(round(json.load(sys.stdin)["bandwidth_bytes_per_s"] / 2**20, 1))'
 }
