@@ -6,6 +6,11 @@
 
 #include <sys/mman.h>
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack it
+#endif
+
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -15,6 +20,7 @@ namespace smb::server {
 namespace {
 
 constexpr std::uint64_t kHugePage = 2ull << 20;
+constexpr std::uint64_t kPage = 4096;
 
 std::uint64_t available_memory() {
   std::ifstream meminfo("/proc/meminfo");
@@ -48,6 +54,14 @@ MemoryPool::MemoryPool(std::uint64_t capacity) {
     ::madvise(p, size_, MADV_HUGEPAGE);
   }
   base_ = static_cast<std::byte*>(p);
+}
+
+bool MemoryPool::fault_in(std::byte* p, std::uint64_t n) {
+  if (::madvise(p, n, MADV_POPULATE_WRITE) == 0) return true;
+  if (errno != EINVAL) return false;  // EINVAL: a kernel without MADV_POPULATE_WRITE
+  for (std::uint64_t off = 0; off < n; off += kPage)
+    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(p + off)).fetch_add(0, std::memory_order_relaxed);
+  return true;
 }
 
 MemoryPool::~MemoryPool() {

@@ -24,6 +24,13 @@ class MemoryPool {
   std::uint64_t populated() const { return populated_.load(std::memory_order_relaxed); }
   void set_populated(std::uint64_t bytes) { populated_.store(bytes, std::memory_order_relaxed); }
 
+  // Faults [p, p + n) in without changing a byte, so that a client (CPU or
+  // NIC) may be writing there meanwhile: MADV_POPULATE_WRITE (Linux 5.14),
+  // or on older kernels an atomic add of zero to one word of each page,
+  // which a concurrent writer cannot interleave with. False, with errno set,
+  // where the kernel refused (the pages then fault in as they are used).
+  static bool fault_in(std::byte* p, std::uint64_t n);
+
  private:
   std::byte* base_ = nullptr;
   std::uint64_t size_ = 0;

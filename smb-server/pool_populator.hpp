@@ -6,10 +6,8 @@
 // in when it is zeroed (SegmentStore::alloc_segment), so nothing waits for
 // this thread and nothing it does is needed for correctness.
 //
-// Pages that clients may already be writing are never written here:
-// MADV_POPULATE_WRITE (Linux 5.14) faults them in without touching their
-// bytes; older kernels get an atomic add of zero to one word of each page,
-// which a concurrent writer (CPU or NIC) cannot interleave with.
+// Pages that clients may already be writing are never written here
+// (MemoryPool::fault_in).
 #include "memory_pool.hpp"
 
 #include <chrono>

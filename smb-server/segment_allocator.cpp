@@ -2,6 +2,8 @@
 
 #include <smb/error.hpp>
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 
 namespace smb::server {
@@ -15,6 +17,13 @@ SegmentAllocator::SegmentAllocator(std::uint64_t capacity, std::uint64_t alignme
 }
 
 std::optional<std::uint64_t> SegmentAllocator::allocate(std::uint64_t length, std::uint64_t& reserved) {
+  auto taken = take(length);
+  if (!taken) return std::nullopt;
+  reserved = taken->reserved;
+  return taken->offset;
+}
+
+std::optional<SegmentAllocator::Allocation> SegmentAllocator::take(std::uint64_t length) {
   if (length == 0 || length > capacity_) return std::nullopt;
   const std::uint64_t rounded = (length + alignment_ - 1) & ~(alignment_ - 1);
   std::lock_guard lock(mutex_);
@@ -24,8 +33,25 @@ std::optional<std::uint64_t> SegmentAllocator::allocate(std::uint64_t length, st
   erase_free(by_offset_.find(offset));
   if (free_length > rounded) insert_free(offset + rounded, free_length - rounded);
   used_ += rounded;
-  reserved = rounded;
-  return offset;
+  return Allocation{offset, rounded, mark_taken(offset, rounded)};
+}
+
+// Under the mutex: [offset, offset + length) joins ever_taken_; returns the
+// parts of it that were there already.
+std::vector<SegmentAllocator::Range> SegmentAllocator::mark_taken(std::uint64_t offset, std::uint64_t length) {
+  std::uint64_t start = offset, end = offset + length;
+  std::vector<Range> before;
+  auto it = ever_taken_.upper_bound(offset);
+  if (it != ever_taken_.begin() && std::prev(it)->second >= offset) --it;  // one that reaches into the range
+  while (it != ever_taken_.end() && it->first <= end) {
+    const auto lo = std::max(it->first, offset), hi = std::min(it->second, offset + length);
+    if (lo < hi) before.push_back({lo, hi - lo});
+    start = std::min(start, it->first);
+    end = std::max(end, it->second);
+    it = ever_taken_.erase(it);
+  }
+  ever_taken_.emplace(start, end);
+  return before;
 }
 
 void SegmentAllocator::release(std::uint64_t offset, std::uint64_t reserved) {

@@ -155,6 +155,7 @@ class SegmentStore {
 
  private:
   transport::SegmentDescriptor describe(const Segment& segment) const;
+  void clear(const SegmentAllocator::Allocation& taken);  // a new buffer's range: zeros, faulted in
   std::shared_ptr<Segment> find(const std::string& name) const;
   // A vector op's checks against its segments before it touches memory;
   // returns its x (in the request or in `source`, which it finds).

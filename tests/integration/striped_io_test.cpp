@@ -178,6 +178,31 @@ TEST_P(StripedIoTest, SegmentsLargerThanTheCacheMoveExactly) {
   EXPECT_EQ(std::count(sums.begin(), sums.end(), 3.0f), static_cast<std::ptrdiff_t>(kFloats));
 }
 
+// A new buffer reads as zeros, never as a destroyed buffer's bytes: where
+// it reuses memory an earlier buffer held, smbd zeroes it; where it takes
+// memory never handed out, smbd relies on the kernel's zeros
+// (SegmentAllocator::take). This one lands on both on every server.
+TEST_P(StripedIoTest, ANewBufferReadsZerosOverADestroyedOnesMemory) {
+  auto client = make_client();
+  const std::uint64_t old_size = 2ull << 20, new_size = 5ull << 20;
+  {
+    auto old = client.create("old", old_size, small_stripes());
+    old.write(0, pattern_bytes(0, old_size, 9));
+    old.close();
+  }
+  client.destroy("old");
+  auto fresh = client.create("fresh", new_size, small_stripes());
+  ByteVec got(new_size, std::byte{0x5a});
+  fresh.read(0, got);
+  const auto nonzero = std::find_if(got.begin(), got.end(), [](std::byte b) { return b != std::byte{0}; });
+  EXPECT_EQ(nonzero, got.end()) << "byte " << (nonzero - got.begin()) << " of the new buffer is not zero";
+  // And it holds what is written next, as any buffer does.
+  const auto data = pattern_bytes(0, new_size, 3);
+  fresh.write(0, data);
+  fresh.read(0, got);
+  EXPECT_TRUE(same_bytes(data, got, 0));
+}
+
 TEST_P(StripedIoTest, ZeroLengthOpsCompleteAtOnce) {
   auto client = make_client();
   auto buffer = client.create("empty-ops", 4096, small_stripes());

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <vector>
 
 namespace {
 
@@ -184,6 +185,58 @@ TEST(SegmentAllocator, RandomWorkloadNeverOverlapsAndReturnsEverything) {
   EXPECT_EQ(a.used(), 0u);
   EXPECT_EQ(a.free_ranges(), 1u);
   EXPECT_EQ(a.largest_free(), kCapacity);
+}
+
+// take() says which parts of a new range an earlier range covered: only
+// those can hold an old buffer's bytes, so only those are zeroed (the rest
+// of the pool has never been handed out). Checked against a page map.
+TEST(SegmentAllocator, TakeSaysWhichPartsAnEarlierRangeHeld) {
+  SegmentAllocator a(16 * kPage, kPage);
+  const auto first = a.take(2 * kPage);
+  ASSERT_TRUE(first);
+  EXPECT_TRUE(first->held_before.empty()) << "a fresh pool has held nothing";
+  a.release(first->offset, first->reserved);
+  const auto second = a.take(5 * kPage);  // over the first range and beyond it
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->offset, first->offset);
+  EXPECT_EQ(second->held_before, (std::vector<SegmentAllocator::Range>{{first->offset, 2 * kPage}}));
+  const auto third = a.take(3 * kPage);  // next to it: never held
+  ASSERT_TRUE(third);
+  EXPECT_TRUE(third->held_before.empty());
+}
+
+TEST(SegmentAllocator, HeldBeforeMatchesAPageMapUnderRandomUse) {
+  constexpr std::uint64_t kPages = 256;
+  SegmentAllocator a(kPages * kPage, kPage);
+  std::vector<bool> ever(kPages, false);
+  std::map<std::uint64_t, std::uint64_t> live;
+  std::mt19937_64 rng(7);
+  for (int step = 0; step < 4000; ++step) {
+    if (live.empty() || rng() % 3 != 0) {
+      const auto taken = a.take(1 + rng() % (24 * kPage));
+      if (!taken) continue;
+      std::vector<bool> reported(kPages, false);
+      std::uint64_t last_end = 0;
+      for (const auto& r : taken->held_before) {
+        ASSERT_GE(r.offset, last_end) << "ranges in order, disjoint";
+        ASSERT_GT(r.length, 0u);
+        ASSERT_GE(r.offset, taken->offset);
+        ASSERT_LE(r.offset + r.length, taken->offset + taken->reserved);
+        for (auto p = r.offset / kPage; p < (r.offset + r.length) / kPage; ++p) reported[p] = true;
+        last_end = r.offset + r.length;
+      }
+      for (auto p = taken->offset / kPage; p < (taken->offset + taken->reserved) / kPage; ++p) {
+        ASSERT_EQ(reported[p], ever[p]) << "page " << p << (ever[p] ? " was held before" : " was never held");
+        ever[p] = true;
+      }
+      live[taken->offset] = taken->reserved;
+    } else {
+      auto victim = live.begin();
+      std::advance(victim, static_cast<long>(rng() % live.size()));
+      a.release(victim->first, victim->second);
+      live.erase(victim);
+    }
+  }
 }
 
 }  // namespace
