@@ -42,6 +42,30 @@ void write_slot(ArrivalBoard& b, std::uint64_t g, std::uint64_t key, const py::h
     b.write_slot(g, key, data, meta_bytes);
 }
 
+// One signature's small allreduce with its fixed arguments converted once
+// (smb.torch's lane, ops.py, through fabric.InlineLane): each call passes
+// only the generation and the addresses of the tensors' bytes. The buffer
+// protocol, bytes and string conversions of ArrivalBoard.allreduce were
+// most of what Python added to a few-microsecond collective.
+struct AllreduceLane {
+  ArrivalBoard& board;
+  std::uint64_t key;
+  std::string meta;
+  DType type;
+  std::string op;
+  std::uint64_t nbytes;
+  std::chrono::microseconds first_wait;
+
+  // `in` and `out`: addresses of nbytes each that the caller keeps alive
+  // (its tensors) for the call.
+  int run(std::uint64_t g, std::uintptr_t in, std::uintptr_t out) {
+    const auto meta_bytes = std::as_bytes(std::span(meta.data(), meta.size()));
+    const std::span payload(reinterpret_cast<const std::byte*>(in), nbytes);
+    const std::span result(reinterpret_cast<std::byte*>(out), nbytes);
+    return static_cast<int>(board.allreduce(g, key, payload, meta_bytes, type, op, result, first_wait));
+  }
+};
+
 }  // namespace
 
 void bind_collective(py::module_& m) {
@@ -103,6 +127,19 @@ void bind_collective(py::module_& m) {
         const auto mem = host_memory(out, true);
         py::gil_scoped_release nogil;
         return b.reduce(g, key, type, op, {mem.data, mem.size}, skip);
+      });
+
+  py::class_<AllreduceLane>(m, "AllreduceLane")
+      .def(py::init([](ArrivalBoard& b, std::uint64_t key, const py::bytes& meta, const std::string& dtype,
+                       const std::string& op, std::uint64_t nbytes, double first_wait_s) {
+             if (!ArrivalBoard::reducible(reduced_dtype(dtype)))
+               throw Error(Errc::invalid_argument, "an allreduce lane of dtype '" + dtype + "': C++ does not reduce it");
+             return AllreduceLane{b, key, std::string(meta), reduced_dtype(dtype), op, nbytes, micros(first_wait_s)};
+           }),
+           py::keep_alive<1, 2>())
+      .def("run", [](AllreduceLane& lane, std::uint64_t g, std::uintptr_t in, std::uintptr_t out) {
+        py::gil_scoped_release nogil;
+        return lane.run(g, in, out);
       });
 }
 

@@ -213,11 +213,26 @@ def _reduce_by_ranks(c, entry, t, red, out=None):
     return out
 
 
+def _inline_keys(t, red, prescale, postscale):
+    """Collective._keyed()'s arguments for a small allreduce of `t`."""
+    key_of = (t.dtype, t.shape, t.device, red, prescale, postscale)
+    return key_of, lambda: meta("allreduce", t, red=red, pre=prescale, post=postscale)
+
+
+def allreduce_lane(group, name, t, red, postscale):
+    """A fabric.InlineLane for allreduce(group, name, t, red, 1.0, postscale)
+    calls on tensors like `t`, or None where such a call does not take the
+    C++ inline path (too large, empty, or a type NumPy reduces)."""
+    if not (_inline(group, t) and t.dtype in _CXX_TYPES and t.numel):
+        return None
+    key_of, the_meta = _inline_keys(t, red, 1.0, postscale)
+    return fabric.InlineLane(group.collective(name), key_of, the_meta, fabric.REDUCIBLE[t.dtype], red, t.data.nbytes)
+
+
 def _allreduce_inline(c, t, red, prescale, postscale, out):
     """A small tensor's allreduce: its bytes travel in the arrival slots, and
     each rank reduces them (in C++ where the dtype allows, else NumPy)."""
-    key_of = (t.dtype, t.shape, t.device, red, prescale, postscale)
-    the_meta = lambda: meta("allreduce", t, red=red, pre=prescale, post=postscale)  # noqa: E731 - built once
+    key_of, the_meta = _inline_keys(t, red, prescale, postscale)
     if t.dtype in _CXX_TYPES and t.numel:
         if out is None:
             out = np.empty(t.data.nbytes, dtype=np.uint8)
@@ -225,7 +240,13 @@ def _allreduce_inline(c, t, red, prescale, postscale, out):
             return out, bool(c.joined)
     else:
         c.arrive_keyed(key_of, the_meta, t.data)
-    # Some rank's metadata differs (check() names it), or NumPy reduces this dtype.
+    return inline_mismatch(c, t, red, out)
+
+
+def inline_mismatch(c, t, red, out):
+    """After an inline allreduce the C++ board did not reduce: some rank's
+    metadata differs (check() names it and raises), or NumPy reduces this
+    dtype. The result as allreduce() returns it."""
     check("allreduce", c._read_slots(c.generation), c.joined)
     if t.numel == 0:
         return np.empty(0, dtype=np.uint8), bool(c.joined)

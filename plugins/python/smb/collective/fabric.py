@@ -170,6 +170,7 @@ class ProcessGroupState:
         self.slot_bytes = _round_up(320 + 24 * self.size, 64) + self.inline_bytes
         self._collectives = {}
         self._lock = threading.Lock()
+        self.lanes = {}  # a plugin's per-signature fast paths (smb.torch's small allreduce): they die with the set
 
     def collective_names(self):
         with self._lock:
@@ -250,10 +251,15 @@ class Collective:
                 outcome = self._post(g, self.board.allreduce, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
         else:
             outcome = self._post(g, self.board.allreduce, key, payload, blob, dtype, red, out, _FIRST_SLICE_S)
+        return self._inline_outcome(outcome, g, key, dtype, red, lambda: out)
+
+    def _inline_outcome(self, outcome, g, key, dtype, red, out):
+        """allreduce_inline()'s answer, given the board's outcome at g; `out`
+        returns the result's bytes (uint8), called only where a rank was late."""
         if outcome == _core.ArrivalBoard.WAITING:
             with timeline.phase("NEGOTIATE_ALLREDUCE"):
                 self._wait_for_everyone(g, first=False)
-            return self.reduce_inline(key, dtype, red, out)
+            return self.reduce_inline(key, dtype, red, out())
         return outcome == _core.ArrivalBoard.REDUCED
 
     def _arrive(self, op, key, blob, payload):
@@ -469,6 +475,33 @@ def _version_within(buf, target, slice_s):
         return True
     except smb.Timeout:
         return False
+
+
+
+class InlineLane:
+    """Collective.allreduce_inline() for one signature (dtype, shape,
+    reduction, scaling) with its arguments converted once: smb.torch's lane
+    for small allreduces (torch/ops.py), where each call's conversions cost
+    more than the collective itself. Each call passes the addresses of the
+    payload's and the result's bytes (nbytes each, kept alive by the caller)."""
+
+    def __init__(self, collective, key_of, meta, dtype, red, nbytes):
+        self.collective = collective
+        self.key, blob = collective._keyed(key_of, meta)
+        self.dtype, self.red = dtype, red
+        self._run = _core.AllreduceLane(collective.board, self.key, blob, dtype, red, nbytes, _FIRST_SLICE_S).run
+
+    def __call__(self, in_addr, out_addr, out):
+        """As allreduce_inline(): True when the result is at out_addr, False
+        when some rank's metadata differs. `out`: returns the result's bytes
+        as a uint8 array (called only where a rank was late)."""
+        c = self.collective
+        g = c.generation + 1
+        c.joined = set()
+        outcome = c._post(g, self._run, in_addr, out_addr)
+        if outcome == _core.ArrivalBoard.REDUCED:
+            return True
+        return c._inline_outcome(outcome, g, self.key, self.dtype, self.red, out)
 
 
 class Reduction:

@@ -145,14 +145,21 @@ def allreduce(group, name, tensor, red, prescale, postscale, out=None, device=No
     if host.numel() == 0:
         return host.clone() if out is None else out
     if out is not None:
-        if joined and red in _JOINED_ZERO:
-            out.copy_(_JOINED_ZERO[red](out))
-        return _scale_(out, _final_factor(group, red, postscale))
+        return finish_(out, joined, red, final_factor(group, red, postscale))
     return allreduce_result(group, raw, host.dtype, host.shape, joined, red, postscale)
 
 
-def _final_factor(group, red, postscale):
+def final_factor(group, red, postscale):
+    """What an allreduce's sum is scaled by at the end."""
     return postscale / group.size if red == "average" else postscale
+
+
+def finish_(out, joined, red, factor):
+    """An allreduce's result in `out` made final in place: ranks that joined
+    counted as zeros, then scaled by `factor` (final_factor())."""
+    if joined and red in _JOINED_ZERO:
+        out.copy_(_JOINED_ZERO[red](out))
+    return _scale_(out, factor)
 
 
 def allreduce_result(group, raw, dtype, shape, joined, red, postscale):
@@ -161,7 +168,7 @@ def allreduce_result(group, raw, dtype, shape, joined, red, postscale):
     result = _tensor(raw, dtype, shape)
     if joined and red in _JOINED_ZERO:
         result = _JOINED_ZERO[red](result)
-    return _scaled(result, _final_factor(group, red, postscale))
+    return _scaled(result, final_factor(group, red, postscale))
 
 
 def ready_event(tensor):

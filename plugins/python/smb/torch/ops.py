@@ -10,7 +10,6 @@ finds alone in its call (bad arguments) are ValueError.
 import contextlib
 import warnings
 
-import numpy as np
 import torch
 
 from smb.collective import basics, data, handles, joining, timeline
@@ -149,10 +148,6 @@ class _Allreduce(torch.autograd.Function):
                           process_set=process_set), None, None, None, None, None, None)
 
 
-# Element types whose small allreduce the arrival board reduces in C++.
-_LANE_TYPES = {getattr(torch, name) for name in data._CXX_TYPES}
-
-
 def _allreduce_lane(tensor, average, name, op, prescale_factor, postscale_factor, process_set):
     """hvd.allreduce's commonest small case in a few calls: a named,
     contiguous CPU tensor that travels in its arrival slot, needs no
@@ -160,29 +155,56 @@ def _allreduce_lane(tensor, average, name, op, prescale_factor, postscale_factor
     collective as the full path (same name, handle count, checks and
     result); None where that path must run instead. A small allreduce
     costs microseconds, and each Python call and torch call of the full
-    path's layers (handle, reservation, autograd, views) adds about one."""
-    if (not name or prescale_factor != 1.0 or tensor.dtype not in _LANE_TYPES or not tensor.is_cpu
-            or not tensor.is_contiguous() or timeline.recording()):
+    path's layers (handle, reservation, autograd, views, conversions) adds
+    about one: so the lane keeps what is fixed per signature (name, dtype,
+    shape, reduction, scaling) in one object, built on first use, as
+    Horovod's response cache does, and each call passes the tensors' addresses."""
+    if not name or prescale_factor != 1.0 or not tensor.is_cpu or not tensor.is_contiguous() or timeline.recording():
         return None
     group = group_of(process_set, "Allreduce")
-    t = tensor.detach() if tensor.requires_grad else tensor
-    if t.numel() * t.element_size() > group.inline_bytes:
-        return None
     red = _RED.get(_reduce_op(op, average))
-    if red is None:
-        return None  # (the full path says why)
-    full = "allreduce." + name
-    handles.check_not_outstanding(group, full)
+    signature = (name, tensor.dtype, tensor.shape, red, postscale_factor)
+    lane = group.lanes.get(signature)
+    if lane is None:
+        lane = group.lanes[signature] = _Lane.build(group, tensor, name, red, postscale_factor)
+    if not lane:
+        return None  # the full path takes this signature
+    handles.check_not_outstanding(group, lane.full)
     next_handle()  # as the full path counts handles
-    raw = t.numpy().reshape(-1).view(np.uint8)
+    out = torch.empty(lane.shape, dtype=lane.dtype)
     try:
-        out, joined = data.allreduce(group, full, data.Tensor(raw, collectives.dtype_name(t.dtype), t.shape,
-                                                              t.element_size()), red, 1.0, float(postscale_factor))
+        if not lane.inline(tensor.data_ptr(), out.data_ptr(), lambda: collectives.as_bytes(out).numpy()):
+            data.inline_mismatch(lane.inline.collective, lane.view(tensor), red, collectives.as_bytes(out).numpy())
     except (HorovodInternalError, ValueError, TypeError, NotImplementedError):
         raise
     except Exception as e:  # smb.Error and the like: the collective failed
         raise HorovodInternalError(str(e)) from e
-    return collectives.allreduce_result(group, out, t.dtype, t.shape, joined, red, float(postscale_factor))
+    return collectives.finish_(out, lane.inline.collective.joined, red, lane.factor)
+
+
+class _Lane:
+    """What _allreduce_lane keeps per signature; build() returns False for
+    a signature the full path takes (type, size, reduction)."""
+
+    def __init__(self, group, tensor, name, red, postscale, inline):
+        self.full = "allreduce." + name
+        self.dtype, self.shape = tensor.dtype, tensor.shape
+        self.factor = collectives.final_factor(group, red, float(postscale))
+        self.inline = inline
+
+    @staticmethod
+    def build(group, tensor, name, red, postscale):
+        if red is None or collectives.dtype_name(tensor.dtype) not in data._CXX_TYPES:
+            return False  # (the full path says what is wrong, or reduces it)
+        inline = data.allreduce_lane(group, "allreduce." + name, _Lane.view(tensor), red, float(postscale))
+        return inline and _Lane(group, tensor, name, red, postscale, inline)
+
+    @staticmethod
+    def view(tensor):
+        """The tensor as smb.collective.data sees it: a CPU tensor's bytes, no copy."""
+        t = tensor.detach()
+        return data.Tensor(collectives.as_bytes(t).numpy(), collectives.dtype_name(t.dtype), t.shape,
+                           t.element_size())
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,

@@ -334,6 +334,13 @@ class T02Allreduce(Case):
         x = torch.ones(3, requires_grad=True)
         hvd.allreduce(x, op=hvd.Sum, name="lane.grad").sum().backward()
         self.assertTrue(torch.equal(x.grad, torch.full((3,), float(self.size))))
+        # A rank late past the board's first wait: the others sleep and
+        # reduce after it (the lane's slow path), each rank late in turn.
+        for late in range(self.size):
+            if self.rank == late:
+                time.sleep(0.05)
+            out = hvd.allreduce(torch.full((2,), float(self.rank + 1)), name="lane.late", op=hvd.Average)
+            self.assertTrue(torch.equal(out, torch.full((2,), (self.size + 1) / 2)), f"rank {late} late: {out}")
 
     def test_reduction_on_the_ranks(self):
         """SMB_TORCH_REDUCTION=ranks: each rank reduces a shard (a
