@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <optional>
+#include <set>
 #include <string_view>
 
 namespace smb::client {
@@ -102,6 +104,59 @@ CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebu
   return job;
 }
 
+namespace {
+
+// A segment a repair copies from (source), or rebuilds in place.
+struct CopiedSegment {
+  ServerLink* link;
+  std::string name;
+  bool source;
+};
+
+std::vector<CopiedSegment> copied_segments(const std::vector<CopyJob>& jobs) {
+  std::vector<CopiedSegment> out;
+  std::set<std::pair<ServerLink*, std::string>> seen;
+  for (const auto& job : jobs) {
+    if (seen.insert({job.from, job.source_name}).second) out.push_back({job.from, job.source_name, true});
+    if (job.in_place && seen.insert({job.to, job.target_name}).second) out.push_back({job.to, job.target_name, false});
+  }
+  return out;
+}
+
+// What the segment's server says of who has it open: the identities of the
+// clients other than this repair (0: one that gave none) and the handles it
+// ever gave out (nullopt from a server that does not say).
+struct SegmentClients {
+  std::vector<std::uint64_t> others;
+  std::optional<std::uint64_t> opens;
+  bool behind = false;
+};
+
+SegmentClients segment_clients(ClientCore& core, bool own_open, const CopiedSegment& copy) {
+  const auto reply = copy.link->control->call(MessageType::segment_clients, {{"name", copy.name}});
+  SegmentClients out;
+  for (const auto& entry : reply.value("clients", Body::array())) {
+    const auto id = entry.is_number_unsigned() ? entry.get<std::uint64_t>() : 0;
+    if (id != core.id() || own_open) out.others.push_back(id);  // the copy jobs' own handles are this client's
+  }
+  if (const auto it = reply.find("opens"); it != reply.end() && it->is_number_unsigned())
+    out.opens = it->get<std::uint64_t>();
+  out.behind = reply.value("behind", false);
+  return out;
+}
+
+}  // namespace
+
+QuietSegments quiet_segments(ClientCore& core, const std::string& name, const std::vector<CopyJob>& jobs) {
+  const bool own_open = core.has_open(name);
+  QuietSegments quiet;
+  for (const auto& copy : copied_segments(jobs)) {
+    const auto clients = segment_clients(core, own_open, copy);
+    if (clients.others.empty() && clients.opens) quiet[{copy.link, copy.name}] = *clients.opens;
+  }
+  return quiet;
+}
+
 // Before the final pass. A source that its server says fell behind its
 // primary lacks ops the lost copy had: copying it would record old data as
 // whole, so the repair fails (data_lost). And whoever holds open a copy
@@ -114,36 +169,30 @@ CopyJob prepare_copy(ClientCore& core, const Layout& layout, const Rebuild& rebu
 // not held again yet) cannot be, so the repair ends here, changing
 // nothing. This client's own session counts only where it has the buffer
 // open itself: the copy jobs' handles are its own.
-void check_sources(ClientCore& core, const std::string& name, const std::vector<CopyJob>& jobs,
-                   const std::set<std::uint64_t>& paused) {
+bool check_sources(ClientCore& core, const std::string& name, const std::vector<CopyJob>& jobs,
+                   const std::set<std::uint64_t>& paused, const QuietSegments& quiet) {
   const bool own_open = core.has_open(name);
-  std::set<std::pair<ServerLink*, std::string>> checked;
-  for (const auto& job : jobs) {
-    std::vector<std::pair<ServerLink*, std::string>> copies{{job.from, job.source_name}};
-    if (job.in_place) copies.emplace_back(job.to, job.target_name);
-    for (const auto& [link, segment] : copies) {
-      if (!checked.insert({link, segment}).second) continue;
-      const auto reply = link->control->call(MessageType::segment_clients, {{"name", segment}});
-      if (segment == job.source_name && link == job.from && reply.value("behind", false))
-        throw Error(Errc::data_lost, "copy '" + segment + "' on server " + link->control->peer() +
-                                         ", the one left to rebuild from, fell behind its primary (an op before one "
-                                         "it was sent never came) and lacks ops the other had: it is not copied");
-      std::size_t unpaused = 0;
-      for (const auto& entry : reply.value("clients", Body::array())) {
-        const auto id = entry.is_number_unsigned() ? entry.get<std::uint64_t>() : 0;
-        if (id == core.id() && !own_open) continue;
-        if (id == 0 || !paused.contains(id)) ++unpaused;
-      }
-      if (unpaused > 0)
-        throw UnpausedWriters(Errc::busy,
-                              std::to_string(unpaused) + " client(s) with copy '" + segment + "' open on server " +
-                                  link->control->peer() +
-                                  " were not paused: they hold the buffer at no keeper "
-                                  "this repair reached (a client whose keepers restarted holds there again "
-                                  "within a second of their return), so their writes could miss the rebuilt "
-                                  "copy; nothing was changed: retry");
-    }
+  bool still_quiet = true;
+  for (const auto& copy : copied_segments(jobs)) {
+    const auto clients = segment_clients(core, own_open, copy);
+    if (copy.source && clients.behind)
+      throw Error(Errc::data_lost, "copy '" + copy.name + "' on server " + copy.link->control->peer() +
+                                       ", the one left to rebuild from, fell behind its primary (an op before one "
+                                       "it was sent never came) and lacks ops the other had: it is not copied");
+    const auto unpaused = std::count_if(clients.others.begin(), clients.others.end(),
+                                        [&](std::uint64_t id) { return id == 0 || !paused.contains(id); });
+    if (unpaused > 0)
+      throw UnpausedWriters(Errc::busy,
+                            std::to_string(unpaused) + " client(s) with copy '" + copy.name + "' open on server " +
+                                copy.link->control->peer() +
+                                " were not paused: they hold the buffer at no keeper "
+                                "this repair reached (a client whose keepers restarted holds there again "
+                                "within a second of their return), so their writes could miss the rebuilt "
+                                "copy; nothing was changed: retry");
+    const auto before = quiet.find({copy.link, copy.name});
+    still_quiet = still_quiet && clients.others.empty() && before != quiet.end() && clients.opens == before->second;
   }
+  return still_quiet;
 }
 
 // Where the two copies differ, by their servers' digests (both computed at

@@ -8,6 +8,7 @@
 #include "repair_plan.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -59,9 +60,19 @@ std::vector<Range> differing(CopyJob& job);
 // Copies `ranges` from the source to the target: server to server where it
 // can (job.server_to_server), else through this client.
 void copy_ranges(ClientCore& core, CopyJob& job, const std::vector<Range>& ranges);
+
+// The segments a repair copies from (and, rebuilt in place, to) that no
+// client but the repair has open, each with how many handles its server
+// ever gave out (segment_clients' "opens"). Taken before the bulk copy: if
+// check_sources finds the same, nobody could write them meanwhile.
+using QuietSegments = std::map<std::pair<ServerLink*, std::string>, std::uint64_t>;
+QuietSegments quiet_segments(ClientCore& core, const std::string& name, const std::vector<CopyJob>& jobs);
+
 // Before the final pass: no source behind its primary (data_lost), and no
 // client with a copied segment open that was not paused (UnpausedWriters).
-void check_sources(ClientCore& core, const std::string& name, const std::vector<CopyJob>& jobs,
-                   const std::set<std::uint64_t>& paused);
+// Returns whether every copied segment is still as `quiet` says: no client
+// but the repair opened any since, so the bulk copy has their bytes.
+bool check_sources(ClientCore& core, const std::string& name, const std::vector<CopyJob>& jobs,
+                   const std::set<std::uint64_t>& paused, const QuietSegments& quiet);
 
 }  // namespace smb::client

@@ -165,6 +165,7 @@ void RepairJob::bulk_copy() {
     report_.repaired.push_back({layout_.servers[rebuild.target], rebuild.replica, layout_.servers[rebuild.source],
                                 rebuild.length});
   }
+  quiet_ = quiet_segments(core_, name_, jobs_);  // before any byte is read: final_pass compares
   each_copy_at_once([this](CopyJob& job) { copy_ranges(core_, job, whole(job.length)); });
   for (const auto& job : jobs_) {
     report_.bytes += job.length;
@@ -213,9 +214,13 @@ std::set<std::uint64_t> RepairJob::pause() {
 }
 
 void RepairJob::final_pass(const std::set<std::uint64_t>& paused) {
-  check_sources(core_, name_, jobs_, paused);
-  // Nobody held the buffer since the repair began, so nobody wrote it: the
-  // bulk copy is the source's bytes, and a digest pass would find nothing.
+  // Nobody can have written the copied segments since the bulk copy began
+  // where every keeper says nobody held the buffer since (pause()), or where
+  // their own servers say nobody but this repair had them open before it and
+  // nobody opened them since (a keeper that restarted cannot say; a client
+  // writes only segments it opened). The bulk copy is then the source's
+  // bytes, and a digest pass would find nothing.
+  if (check_sources(core_, name_, jobs_, paused, quiet_)) untouched_ = true;
   if (!untouched_) recopy();
   for (auto& job : jobs_) {
     const auto version = protocol::get_u64(

@@ -78,7 +78,8 @@ class RepairJob {
   std::uint64_t copied_ = 0;  // bytes of the bulk copy
   std::uint64_t held_at_begin_ = 1;  // the most holders a keeper counted at begin_repair
   bool every_keeper_taken_ = false;
-  bool untouched_ = false;  // every keeper taken said nobody held the buffer since begin_repair
+  bool untouched_ = false;  // nobody can have written the copied segments since the bulk copy began
+  QuietSegments quiet_;     // the copied segments nobody else had open as the bulk copy began
   std::optional<std::chrono::steady_clock::time_point> paused_at_;
   RepairReport report_;
 };

@@ -186,9 +186,11 @@ Body RequestHandler::mark_stale(SessionId session, const Body& req) {
 
 Body RequestHandler::segment_clients(SessionId, const Body& req) {
   const auto name = protocol::get_segment_name(req, "name", "segment_clients");
+  const auto users = registry_.store().segment_users(name);
   Body clients = Body::array();
-  for (const auto session : registry_.store().segment_sessions(name)) clients.push_back(identities_.of(session));
-  return protocol::ok_reply({{"clients", std::move(clients)}, {"behind", registry_.store().is_behind(name)}});
+  for (const auto session : users.sessions) clients.push_back(identities_.of(session));
+  return protocol::ok_reply(
+      {{"clients", std::move(clients)}, {"opens", users.opens}, {"behind", registry_.store().is_behind(name)}});
 }
 
 Body RequestHandler::segment_digest(const Body& req) {

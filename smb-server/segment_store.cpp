@@ -106,6 +106,7 @@ transport::SegmentDescriptor SegmentStore::open_segment(SessionId session, const
 
 void SegmentStore::add_handle(SessionId session, Segment& segment) {
   segment.open_handles += 1;
+  segment.opens += 1;
   handles_[session][segment.id] += 1;
   handle_counts_[session] += 1;
 }
@@ -174,12 +175,12 @@ void SegmentStore::fell_behind(const std::string& name) { find(name)->behind = t
 
 bool SegmentStore::is_behind(const std::string& name) const { return find(name)->behind; }
 
-std::vector<SessionId> SegmentStore::segment_sessions(const std::string& name) const {
+SegmentStore::SegmentUsers SegmentStore::segment_users(const std::string& name) const {
   const auto segment = find(name);
   std::lock_guard lock(mutex_);
-  std::vector<SessionId> out;
+  SegmentUsers out{{}, segment->opens};
   for (const auto& [session, held] : handles_)
-    if (held.contains(segment->id)) out.push_back(session);
+    if (held.contains(segment->id)) out.sessions.push_back(session);
   return out;
 }
 

@@ -44,6 +44,7 @@ struct Segment {
   std::byte* base = nullptr;
   std::unique_ptr<transport::Registration> registration;
   std::uint32_t open_handles = 0;
+  std::uint64_t opens = 0;  // handles ever given out (SegmentStore::segment_users)
   bool unlinked = false;
   SegmentAllocator* allocator = nullptr;
   std::mutex op_mutex;                    // server-side vector ops apply one at a time
@@ -109,8 +110,14 @@ class SegmentStore {
   transport::SegmentDescriptor open_segment(SessionId session, const std::string& name);
   void close_segment(SessionId session, const std::string& name);
   // The sessions that hold segment `name` open (alloc_segment or open_segment
-  // without close_segment): those whose clients can read and write it.
-  std::vector<SessionId> segment_sessions(const std::string& name) const;
+  // without close_segment): those whose clients can read and write it; and
+  // how many handles it ever gave out, so that a repair that reads it twice
+  // knows whether any client opened it in between (and may have written it).
+  struct SegmentUsers {
+    std::vector<SessionId> sessions;
+    std::uint64_t opens = 0;
+  };
+  SegmentUsers segment_users(const std::string& name) const;
   // Unlinks segment `name` (its memory goes once no handle holds it); false
   // when there is none.
   bool unlink(const std::string& name);

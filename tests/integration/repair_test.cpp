@@ -306,6 +306,38 @@ TEST_P(RepairTest, ThePauseSaysWhetherAnyoneHeldTheBufferSinceTheRepairBegan) {
   EXPECT_EQ(paused_held.value("holders", 9), 1) << paused_held.dump();
 }
 
+// Where a keeper restarted, its pause cannot say whether anyone held the
+// buffer; the copies' own servers say who has a copy open and how many
+// times it was ever opened (segment_clients), so that a repair finding
+// nobody then and the same count at its pause skips its digests. An open
+// and close in between raises the count.
+TEST_P(RepairTest, ACopysServerSaysWhoHasItOpenAndHowOftenItWasOpened) {
+  make_client().create("counted", 3 * kUnit * 2, replicated()).write(0, pattern_bytes(0, 3 * kUnit * 2));
+  RawConnection raw(server(home_of("counted")).address());
+  raw.send(msgpack_frame(1, 1, {{"client", "test"}, {"transport", fabric_transport()}}));
+  ASSERT_TRUE(raw.receive());
+  std::uint32_t request = 2;
+  auto users = [&] {
+    raw.send(msgpack_frame(33, request++, {{"name", "counted"}}));  // segment_clients
+    const auto reply = raw.receive();
+    EXPECT_TRUE(reply && reply->body.contains("opens")) << (reply ? reply->body.dump() : "no reply");
+    return reply ? reply->body : nlohmann::json{};
+  };
+  const auto before = users();
+  EXPECT_TRUE(before["clients"].empty()) << before.dump();
+  {
+    auto client = make_client();
+    auto buffer = client.open("counted");
+    const auto open = users();
+    EXPECT_EQ(open["clients"].size(), 1u) << open.dump();
+    EXPECT_GT(open.value("opens", 0ull), before.value("opens", 0ull)) << open.dump();
+  }
+  const auto after = users();
+  EXPECT_TRUE(after["clients"].empty()) << after.dump();
+  EXPECT_GT(after.value("opens", 0ull), before.value("opens", 0ull)) << "opened and closed meanwhile: " << after.dump();
+  EXPECT_EQ(users().value("opens", 0ull), after.value("opens", 1ull)) << "nobody opened it since";
+}
+
 // A replicated buffer's layout record is kept by its home and the next
 // server: with the home killed, the buffer is still listed, opened, read and
 // written; with the home restarted empty, a repair rebuilds its copies there
