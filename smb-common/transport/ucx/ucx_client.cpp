@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -556,9 +557,7 @@ std::unique_ptr<RemoteSegment> UcxChannel::attach(const SegmentDescriptor& segme
     rkeys_[segment.remote_key] = shared;
   }
   void* mapped = nullptr;
-  if (shared_memory_rma_ && segment.length > util::last_level_cache_bytes() &&
-      ucp_rkey_ptr(shared->get(), segment.address, &mapped) != UCS_OK)
-    mapped = nullptr;
+  if (shared_memory_rma_ && ucp_rkey_ptr(shared->get(), segment.address, &mapped) != UCS_OK) mapped = nullptr;
   if (mapped != nullptr) {
     // Map every page now, in one call, rather than one fault per 4 KiB page
     // on the first pass (best effort: kernels before 5.14 fault as before).
@@ -567,7 +566,8 @@ std::unique_ptr<RemoteSegment> UcxChannel::attach(const SegmentDescriptor& segme
     ::madvise(reinterpret_cast<void*>(first), reinterpret_cast<std::uintptr_t>(mapped) + segment.length - first,
               MADV_POPULATE_WRITE);
   }
-  return std::make_unique<UcxRemoteSegment>(segment, std::move(shared), static_cast<std::byte*>(mapped));
+  return std::make_unique<UcxRemoteSegment>(segment, std::move(shared), static_cast<std::byte*>(mapped),
+                                            segment.length > util::last_level_cache_bytes());
 }
 
 void UcxChannel::send_am(unsigned id, RemoteSegment& seg, std::uint64_t offset, const void* src,
@@ -697,9 +697,15 @@ bool UcxChannel::admit_unlocked(const CompletionPtr& completion, const char* op)
 void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, std::size_t length,
                      const CompletionPtr& completion) {
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
-  if (std::byte* mapped = remote.streamed(offset, length)) {
+  if (std::byte* mapped = remote.mapped(offset, length)) {
     if (!admit_unlocked(completion, "write")) return;
-    util::stream_copy(mapped, src, length);  // no UCX state: other threads progress meanwhile
+    if (remote.streamed())
+      util::stream_copy(mapped, src, length);  // no UCX state: other threads progress meanwhile
+    else
+      std::memcpy(mapped, src, length);
+    // Stored before whatever the caller does once the write is done (a
+    // flag another process polls, say), on any CPU.
+    std::atomic_thread_fence(std::memory_order_release);
     return completion->finish();
   }
   std::lock_guard lock(transport_.mutex_);
@@ -727,9 +733,10 @@ void UcxChannel::put(RemoteSegment& seg, std::uint64_t offset, const void* src, 
 void UcxChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::size_t length,
                      const CompletionPtr& completion) {
   auto& remote = static_cast<UcxRemoteSegment&>(seg);
-  if (const std::byte* mapped = remote.streamed(offset, length)) {
+  if (const std::byte* mapped = remote.mapped(offset, length)) {
     if (!admit_unlocked(completion, "read")) return;
     std::memcpy(dst, mapped, length);
+    std::atomic_thread_fence(std::memory_order_acquire);
     return completion->finish();
   }
   std::lock_guard lock(transport_.mutex_);
@@ -744,6 +751,23 @@ void UcxChannel::get(RemoteSegment& seg, std::uint64_t offset, void* dst, std::s
 void UcxChannel::atomic(AtomicOp op, RemoteSegment& seg, std::uint64_t offset, std::uint64_t operand,
                         std::uint64_t compare, std::uint64_t* result, const CompletionPtr& completion) {
   const char* what = op == AtomicOp::fetch_add ? "fetch-add" : "compare-swap";
+  auto& remote = static_cast<UcxRemoteSegment&>(seg);
+  std::byte* mapped = am_atomics_ ? nullptr : remote.mapped(offset, sizeof(std::uint64_t));
+  if (mapped != nullptr && reinterpret_cast<std::uintptr_t>(mapped) % alignof(std::uint64_t) == 0) {
+    // The locked instruction UCX's shared-memory atomic lane would run, on
+    // the same mapping: sequentially consistent, as a NIC's atomics are
+    // ordered with the ops around them.
+    if (!admit_unlocked(completion, what)) return;
+    std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(mapped));
+    if (op == AtomicOp::fetch_add) {
+      *result = word.fetch_add(operand);
+    } else {
+      std::uint64_t seen = compare;
+      word.compare_exchange_strong(seen, operand);
+      *result = seen;
+    }
+    return completion->finish();
+  }
   std::lock_guard lock(transport_.mutex_);
   if (!health_.admit(completion, what)) return;
   if (am_atomics_) {
@@ -756,7 +780,6 @@ void UcxChannel::atomic(AtomicOp op, RemoteSegment& seg, std::uint64_t offset, s
     send_credited(std::move(request));
     return;
   }
-  auto& remote = static_cast<UcxRemoteSegment&>(seg);
   // UCX's compare-and-swap compares with `buffer` and swaps in the reply
   // buffer's value, which the old value then overwrites.
   const bool cas = op == AtomicOp::compare_swap;
