@@ -16,13 +16,6 @@ SegmentAllocator::SegmentAllocator(std::uint64_t capacity, std::uint64_t alignme
   if (capacity_ > 0) insert_free(0, capacity_);
 }
 
-std::optional<std::uint64_t> SegmentAllocator::allocate(std::uint64_t length, std::uint64_t& reserved) {
-  auto taken = take(length);
-  if (!taken) return std::nullopt;
-  reserved = taken->reserved;
-  return taken->offset;
-}
-
 std::optional<SegmentAllocator::Allocation> SegmentAllocator::take(std::uint64_t length) {
   if (length == 0 || length > capacity_) return std::nullopt;
   const std::uint64_t rounded = (length + alignment_ - 1) & ~(alignment_ - 1);

@@ -32,9 +32,6 @@ class SegmentAllocator {
   // A new range of at least `length` bytes, or nullopt when no free range is
   // large enough.
   std::optional<Allocation> take(std::uint64_t length);
-
-  // take(), without the history: the offset, and the length taken in `reserved`.
-  std::optional<std::uint64_t> allocate(std::uint64_t length, std::uint64_t& reserved);
   void release(std::uint64_t offset, std::uint64_t reserved);
 
   std::uint64_t capacity() const { return capacity_; }

@@ -18,11 +18,10 @@ constexpr std::uint64_t kPage = 4096;
 
 // Allocates and returns the offset, failing the test when there is no space.
 std::uint64_t must_allocate(SegmentAllocator& a, std::uint64_t length, std::uint64_t* reserved = nullptr) {
-  std::uint64_t r = 0;
-  auto offset = a.allocate(length, r);
-  EXPECT_TRUE(offset.has_value()) << "no space for " << length << " bytes";
-  if (reserved) *reserved = r;
-  return offset.value_or(0);
+  const auto taken = a.take(length);
+  EXPECT_TRUE(taken.has_value()) << "no space for " << length << " bytes";
+  if (reserved) *reserved = taken ? taken->reserved : 0;
+  return taken ? taken->offset : 0;
 }
 
 TEST(SegmentAllocator, CapacityIsRoundedDownToTheAlignment) {
@@ -78,12 +77,11 @@ TEST(SegmentAllocator, HonoursLargeAlignments) {
 
 TEST(SegmentAllocator, ZeroAndOversizedRequestsGetNothing) {
   SegmentAllocator a(4 * kPage, kPage);
-  std::uint64_t reserved = 77;
-  EXPECT_FALSE(a.allocate(0, reserved));
-  EXPECT_FALSE(a.allocate(4 * kPage + 1, reserved));
+  EXPECT_FALSE(a.take(0));
+  EXPECT_FALSE(a.take(4 * kPage + 1));
   // Must not overflow while rounding up.
-  EXPECT_FALSE(a.allocate(std::numeric_limits<std::uint64_t>::max(), reserved));
-  EXPECT_FALSE(a.allocate(std::numeric_limits<std::uint64_t>::max() - kPage, reserved));
+  EXPECT_FALSE(a.take(std::numeric_limits<std::uint64_t>::max()));
+  EXPECT_FALSE(a.take(std::numeric_limits<std::uint64_t>::max() - kPage));
   EXPECT_EQ(a.used(), 0u);
 }
 
@@ -93,8 +91,7 @@ TEST(SegmentAllocator, FullPoolSaysNoSpaceUntilSomethingIsFreed) {
   const auto all = must_allocate(a, 4 * kPage, &reserved);
   EXPECT_EQ(a.used(), a.capacity());
   EXPECT_EQ(a.largest_free(), 0u);
-  std::uint64_t r2 = 0;
-  EXPECT_FALSE(a.allocate(1, r2));
+  EXPECT_FALSE(a.take(1));
   a.release(all, reserved);
   EXPECT_EQ(a.used(), 0u);
   EXPECT_EQ(must_allocate(a, 4 * kPage), 0u);
@@ -123,8 +120,7 @@ TEST(SegmentAllocator, FragmentedFreeSpaceIsNotHandedOutAsOneRange) {
   EXPECT_EQ(a.used(), 4 * kPage);
   EXPECT_EQ(a.free_ranges(), 4u);
   EXPECT_EQ(a.largest_free(), kPage);
-  std::uint64_t reserved = 0;
-  EXPECT_FALSE(a.allocate(2 * kPage, reserved)) << "4 free pages, but no two adjacent";
+  EXPECT_FALSE(a.take(2 * kPage)) << "4 free pages, but no two adjacent";
   for (std::size_t i = 1; i < pages.size(); i += 2) a.release(pages[i], kPage);
   EXPECT_EQ(a.free_ranges(), 1u);
   EXPECT_EQ(must_allocate(a, 8 * kPage), 0u) << "freed memory came back as one range";
@@ -154,23 +150,23 @@ TEST(SegmentAllocator, RandomWorkloadNeverOverlapsAndReturnsEverything) {
   for (int step = 0; step < 5000; ++step) {
     if (live.empty() || rng() % 3 != 0) {
       const std::uint64_t length = 1 + rng() % (12 * kPage);
-      std::uint64_t reserved = 0;
-      auto offset = a.allocate(length, reserved);
-      if (!offset) {
+      const auto taken = a.take(length);
+      if (!taken) {
         EXPECT_LT(a.largest_free(), length) << "refused although a range was free";
         continue;
       }
-      ASSERT_EQ(*offset % kPage, 0u);
+      const auto offset = taken->offset, reserved = taken->reserved;
+      ASSERT_EQ(offset % kPage, 0u);
       ASSERT_GE(reserved, length);
-      ASSERT_LE(*offset + reserved, kCapacity);
-      auto next = live.lower_bound(*offset);
+      ASSERT_LE(offset + reserved, kCapacity);
+      auto next = live.lower_bound(offset);
       if (next != live.end()) {
-        ASSERT_LE(*offset + reserved, next->first) << "overlaps the next range";
+        ASSERT_LE(offset + reserved, next->first) << "overlaps the next range";
       }
       if (next != live.begin()) {
-        ASSERT_LE(std::prev(next)->first + std::prev(next)->second, *offset) << "overlaps the previous range";
+        ASSERT_LE(std::prev(next)->first + std::prev(next)->second, offset) << "overlaps the previous range";
       }
-      live[*offset] = reserved;
+      live[offset] = reserved;
       used += reserved;
     } else {
       auto victim = live.begin();
