@@ -216,9 +216,13 @@ std::vector<Range> differing(CopyJob& job) {
 
 namespace {
 
-// Bytes per pull_copy call: well within a control call's timeout even at
-// soft-RoCE's emulated speed.
-constexpr std::uint64_t kPullBatch = 32u << 20;
+// Bytes per pull_copy call. Each call connects the target's smbd to the
+// source's anew and drains its pipeline at the end, so a call takes a whole
+// copy of a usual size (a connect and a drain per 32 MiB were a fifth of a
+// TCP repair). The reply may take the usual timeout plus the batch at
+// kSlowestPull: the puller itself gives up on a read that stalls.
+constexpr std::uint64_t kPullBatch = 256u << 20;
+constexpr std::uint64_t kSlowestPull = 8u << 20;  // bytes per second, soft-RoCE under emulation well above it
 
 bool copies_through_client() {
   const char* how = std::getenv("SMB_REPAIR_COPY");  // (read per repair: tests set it)
@@ -234,17 +238,20 @@ bool pull_ranges(CopyJob& job, const std::vector<Range>& ranges) {
   for (std::size_t k = 0; k < ranges.size();) {
     const bool first = k == 0;
     Body batch = Body::array();
-    for (std::uint64_t bytes = 0; k < ranges.size() && (batch.empty() || bytes + ranges[k].length <= kPullBatch); ++k) {
+    std::uint64_t bytes = 0;
+    for (; k < ranges.size() && (batch.empty() || bytes + ranges[k].length <= kPullBatch); ++k) {
       batch.push_back(Body::array({ranges[k].offset, ranges[k].length}));
       bytes += ranges[k].length;
     }
+    const std::chrono::milliseconds pulling{bytes * 1000 / kSlowestPull};
     try {
       connection->call(MessageType::pull_copy, {{"name", job.target_name},
                                                      {"from", job.from->control->peer()},
                                                      {"address", protocol::binary(job.from->transport_address)},
                                                      {"ticket", protocol::binary(job.from->ticket)},
                                                      {"segment", job.source_segment},
-                                                     {"ranges", std::move(batch)}});
+                                                     {"ranges", std::move(batch)}},
+                       pulling);
     } catch (const Error& e) {
       const bool could_not = e.code() == Errc::permission_denied || e.code() == Errc::unreachable ||
                              e.code() == Errc::transport;

@@ -44,7 +44,10 @@ ControlServer::ControlServer(asio::io_context& io, const tcp::endpoint& listen, 
 
 ControlServer::~ControlServer() { workers_.join(); }
 
-void ControlServer::start() { accept(); }
+void ControlServer::start() {
+  accept();
+  asio::post(workers_, [this] { puller_.warm(); });  // a repair may come first thing
+}
 
 void ControlServer::serve_metrics(const std::string& listen) {
   metrics_.serve(listen);

@@ -3,6 +3,8 @@
 #include "protocol/segment_codec.hpp"
 #include "transport/client_idle.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <array>
 #include <chrono>
 #include <thread>
@@ -74,6 +76,15 @@ transport::ClientTransport& CopyPuller::client() {
   return *client_;
 }
 
+void CopyPuller::warm() {
+  if (transport_.empty()) return;
+  try {
+    client();
+  } catch (const Error& e) {
+    spdlog::debug("{}", e.what());
+  }
+}
+
 Body CopyPuller::pull(const Body& request) {
   const auto name = protocol::get_segment_name(request, "name", kWhat);
   const auto from = protocol::get_string(request, "from", kWhat);
@@ -91,6 +102,7 @@ Body CopyPuller::pull(const Body& request) {
   const auto ranges = ranges_of(request, target.length, source.length);
 
   auto& transport = client();
+  const MemoryPool::Foreground foreground(store_.pool());
   const auto context = "pull_copy of '" + name + "' from server " + from;
   std::unique_ptr<transport::Channel> channel;
   std::unique_ptr<transport::RemoteSegment> remote;

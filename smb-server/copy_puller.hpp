@@ -34,6 +34,12 @@ class CopyPuller {
   // it on the worker pool); throws smb::Error naming the source server.
   protocol::Body pull(const protocol::Body& request);
 
+  // Starts this smbd's client side of the transport ahead of the first pull
+  // (call it off the io thread). A restarted or replacement server is where
+  // a repair's pulls land, and UCX's start there cost 60-230 ms of the
+  // repair (docs/reliability.md). A failure is left for the pull to report.
+  void warm();
+
  private:
   transport::ClientTransport& client();
 

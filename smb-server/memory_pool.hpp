@@ -31,11 +31,32 @@ class MemoryPool {
   // where the kernel refused (the pages then fault in as they are used).
   static bool fault_in(std::byte* p, std::uint64_t n);
 
+  // Work the background populator steps aside for while it runs: a repair's
+  // pull onto a server that has just started, a new buffer's first touch
+  // (SegmentStore::clear). On a busy host the two
+  // competed for the cores and memory bandwidth, and the populator, niced
+  // and holding the address space's lock while it faults a chunk in,
+  // stalled the pull's UCX set-up for hundreds of milliseconds
+  // (docs/reliability.md). The pull's own pages are faulted in already
+  // (SegmentStore::clear), so nothing needs the populator meanwhile.
+  class Foreground {
+   public:
+    explicit Foreground(MemoryPool& pool) : pool_(pool) { pool_.foreground_.fetch_add(1); }
+    ~Foreground() { pool_.foreground_.fetch_sub(1); }
+    Foreground(const Foreground&) = delete;
+    Foreground& operator=(const Foreground&) = delete;
+
+   private:
+    MemoryPool& pool_;
+  };
+  bool foreground_busy() const { return foreground_.load(std::memory_order_relaxed) > 0; }
+
  private:
   std::byte* base_ = nullptr;
   std::uint64_t size_ = 0;
   bool huge_pages_ = false;
   std::atomic<std::uint64_t> populated_{0};
+  std::atomic<int> foreground_{0};
 };
 
 }  // namespace smb::server

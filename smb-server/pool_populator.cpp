@@ -8,13 +8,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 namespace smb::server {
 namespace {
 
-// Small enough that a stop waits little, large enough that the calls cost
-// nothing next to the faults.
-constexpr std::uint64_t kChunk = 32ull << 20;
+// Small enough that a stop, or foreground work, waits little for the chunk
+// in progress (the address space's lock is held while it faults in), large
+// enough that the calls cost nothing next to the faults.
+constexpr std::uint64_t kChunk = 2ull << 20;
+constexpr auto kStepAside = std::chrono::milliseconds(2);
 
 }  // namespace
 
@@ -32,6 +35,8 @@ void PoolPopulator::run(const std::stop_token& stop) {
   const auto start = std::chrono::steady_clock::now();
   std::string error;
   for (std::uint64_t off = 0; off < pool_.size() && !stop.stop_requested(); off += kChunk) {
+    while (pool_.foreground_busy() && !stop.stop_requested()) std::this_thread::sleep_for(kStepAside);
+    if (stop.stop_requested()) break;
     const std::uint64_t n = std::min(kChunk, pool_.size() - off);
     if (!MemoryPool::fault_in(pool_.base() + off, n)) {
       error = std::string("faulting the pool in failed at offset ") + std::to_string(off) + ": " +

@@ -4,7 +4,9 @@
 // machine and 11-15 s on a busy one), while the pool is still in place
 // before most of it is used. A buffer made meanwhile faults its own range
 // in when it is zeroed (SegmentStore::alloc_segment), so nothing waits for
-// this thread and nothing it does is needed for correctness.
+// this thread and nothing it does is needed for correctness. It waits while
+// foreground work holds the pool (MemoryPool::Foreground: a repair's pull, a
+// new buffer's first touch).
 //
 // Pages that clients may already be writing are never written here
 // (MemoryPool::fault_in).

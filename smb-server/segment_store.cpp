@@ -41,6 +41,7 @@ transport::SegmentDescriptor SegmentStore::describe(const Segment& s) const {
 // Outside the registry's mutex, so that a large buffer does not hold up the
 // data path's lookups.
 void SegmentStore::clear(const SegmentAllocator::Allocation& taken) {
+  const MemoryPool::Foreground foreground(pool_);  // the populator waits meanwhile
   std::uint64_t at = taken.offset;
   const auto fault_in_up_to = [&](std::uint64_t end) {
     if (end > at) MemoryPool::fault_in(pool_.base() + at, end - at);  // else they fault in as used

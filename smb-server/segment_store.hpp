@@ -105,6 +105,7 @@ struct ServerStats {
 class SegmentStore {
  public:
   SegmentStore(MemoryPool& pool, transport::ServerTransport& transport, const SessionQuotas& quotas = {});
+  MemoryPool& pool() { return pool_; }
 
   transport::SegmentDescriptor alloc_segment(SessionId session, const std::string& name, std::uint64_t length);
   transport::SegmentDescriptor open_segment(SessionId session, const std::string& name);
