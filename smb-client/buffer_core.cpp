@@ -130,6 +130,11 @@ std::uint64_t BufferCore::atomic(bool compare_swap, std::uint64_t offset, std::u
                        a, b);
 }
 
+std::byte* BufferCore::mapping(std::uint64_t offset, std::uint64_t length) {
+  check_range("mapping", offset, length);
+  return path_->mapped(offset, length);
+}
+
 std::shared_ptr<Request::State> BufferCore::new_state_on(const char* op, std::uint64_t offset, std::uint64_t length,
                                                          std::uint32_t server) const {
   auto state = new_state(op, offset, length);

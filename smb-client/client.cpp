@@ -40,6 +40,9 @@ std::uint64_t Buffer::fetch_add(std::uint64_t offset, std::uint64_t value) {
 std::uint64_t Buffer::compare_swap(std::uint64_t offset, std::uint64_t expected, std::uint64_t desired) {
   return require(core_).atomic(true, offset, expected, desired);
 }
+std::byte* Buffer::mapping(std::uint64_t offset, std::uint64_t length) {
+  return require(core_).mapping(offset, length);
+}
 void Buffer::close() {
   if (core_) core_->close();
   core_.reset();

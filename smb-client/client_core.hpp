@@ -282,6 +282,7 @@ class BufferCore : public std::enable_shared_from_this<BufferCore> {
   Request write(std::uint64_t offset, std::span<const std::byte> data);
   Request read(std::uint64_t offset, std::span<std::byte> out);
   std::uint64_t atomic(bool compare_swap, std::uint64_t offset, std::uint64_t a, std::uint64_t b);
+  std::byte* mapping(std::uint64_t offset, std::uint64_t length);
   // x inline (`data`) or in `source` at `source_offset`; see Buffer::apply.
   void apply(VectorOp op, DType type, std::uint64_t offset, std::uint64_t count, double alpha,
              std::span<const std::byte> data, const BufferCore* source, std::uint64_t source_offset);

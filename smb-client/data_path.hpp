@@ -74,6 +74,9 @@ class DataPath {
   virtual void adopted(const Layout& layout) = 0;
   // The buffer closes (before its segments do).
   virtual void close() = 0;
+  // Checked: in range. Where this process maps [offset, offset + length)
+  // (Buffer::mapping): one copy only, since writes there reach no other.
+  virtual std::byte* mapped(std::uint64_t /*offset*/, std::uint64_t /*length*/) { return nullptr; }
 };
 
 }  // namespace smb::client

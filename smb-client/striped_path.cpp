@@ -105,6 +105,13 @@ std::uint64_t StripedPath::atomic(protocol::AtomicKind kind, std::uint64_t offse
   return word.old;
 }
 
+// Within one stripe (one server), where its transport maps the segment.
+std::byte* StripedPath::mapped(std::uint64_t offset, std::uint64_t length) {
+  const auto piece = protocol::locate(buffer_.geometry(), offset);
+  auto* segment = buffer_.segment(0, piece.server);
+  return length <= piece.length && segment != nullptr ? segment->mapped(piece.local_offset, length) : nullptr;
+}
+
 // Each part's calls to its one server, all at once.
 void StripedPath::apply(const VectorCallArgs& args, const VectorParts& parts, const Describe& what) {
   ServerCalls calls(buffer_.client_, what);

@@ -22,6 +22,7 @@ class StripedPath final : public DataPath {
   void copy_reopened(std::uint32_t, std::uint32_t) override {}
   void adopted(const Layout&) override {}
   void close() override {}
+  std::byte* mapped(std::uint64_t offset, std::uint64_t length) override;
 
  private:
   // Writes and reads: one transport op per piece, every server at once.

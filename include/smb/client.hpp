@@ -283,6 +283,17 @@ class Buffer {
   /// throws Errc::timeout. Returns the version reached.
   std::uint64_t wait_version(std::uint64_t version, std::chrono::milliseconds timeout);
 
+  /// Where this process maps the bytes [offset, offset + length): their
+  /// address here, or nullptr where the transport moves them. Mapped only
+  /// on a server's own host over UCX shared memory, for a buffer of one
+  /// copy (writes there reach no other copy), and a range within one
+  /// stripe. Valid while the buffer is open. Plain loads and stores there
+  /// race with other clients' ops as any shared memory does: use
+  /// std::atomic_ref for words others change. The memory is shared between
+  /// processes, so a futex on a word there (not FUTEX_PRIVATE) wakes a
+  /// process waiting on the same word of the same buffer.
+  std::byte* mapping(std::uint64_t offset, std::uint64_t length);
+
   /// Releases this handle on every server (also done by the destructor).
   void close();
 

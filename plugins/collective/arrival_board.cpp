@@ -2,9 +2,16 @@
 
 #include <smb/error.hpp>
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <thread>
 #include <type_traits>
 
@@ -95,12 +102,30 @@ std::uint64_t padded(std::uint64_t n) { return (n + 7) / 8 * 8; }
 
 ArrivalBoard::ArrivalBoard(Buffer& buffer, std::uint32_t size, std::uint32_t index, std::uint64_t slot_bytes,
                            std::chrono::microseconds spin)
-    : buffer_(buffer), size_(size), index_(index), slot_bytes_(slot_bytes), spin_(spin), words_(size) {
+    : buffer_(buffer), size_(size), index_(index), slot_bytes_(slot_bytes), spin_(spin), mapped_(nullptr),
+      words_(size) {
   if (size == 0 || index >= size) throw Error(Errc::invalid_argument, "arrival board: rank outside its set");
   if (slot_bytes < kSlotHeader) throw Error(Errc::invalid_argument, "arrival board: slots too small");
   if (buffer.size() < slots_at(size) + 2 * size * slot_bytes)
     throw Error(Errc::invalid_argument, "arrival board: buffer '" + buffer.name() + "' too small for " +
                                             std::to_string(size) + " slots of " + std::to_string(slot_bytes));
+  if (size > 64) return;  // one bit per rank
+  mapped_ = buffer.mapping(0, kArrivalsAt);
+  if (mapped_ == nullptr) return;
+  std::atomic_ref<std::uint64_t> bits(word_at(kMappedRanksAt));
+  const std::uint64_t mine = std::uint64_t{1} << index;
+  if ((bits.load() & mine) == 0) bits.fetch_add(mine);  // (only this rank sets its bit)
+}
+
+std::uint64_t& ArrivalBoard::word_at(std::uint64_t offset) const {
+  return *std::launder(reinterpret_cast<std::uint64_t*>(mapped_ + offset));
+}
+
+bool ArrivalBoard::everyone_maps() {
+  if (everyone_maps_ || mapped_ == nullptr) return everyone_maps_;
+  const std::uint64_t all = size_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << size_) - 1;
+  everyone_maps_ = std::atomic_ref<std::uint64_t>(word_at(kMappedRanksAt)).load() == all;
+  return everyone_maps_;
 }
 
 std::uint64_t ArrivalBoard::slots_at(std::uint32_t size) { return kArrivalsAt + padded(kRows * 2 * 8 * size); }
@@ -116,6 +141,20 @@ std::uint64_t ArrivalBoard::arrival_offset(std::uint32_t row, std::uint64_t gene
 std::uint64_t ArrivalBoard::sleeper_offset(std::uint32_t row, std::uint64_t generation) const {
   return kSleepersAt + 8 * (row * 2 + generation % 2);
 }
+
+namespace {
+std::uint64_t local_sleeper_offset(std::uint32_t row, std::uint64_t generation) {
+  return ArrivalBoard::kLocalSleepersAt + 8 * (row * 2 + generation % 2);
+}
+
+// The futex word is shared between processes (the buffer's memory is), so
+// no FUTEX_PRIVATE_FLAG.
+void futex_wait(std::uint32_t* word, std::uint32_t seen, std::chrono::nanoseconds limit) {
+  const timespec ts{static_cast<time_t>(limit.count() / 1000000000), static_cast<long>(limit.count() % 1000000000)};
+  ::syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+void futex_wake_all(std::uint32_t* word) { ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
+}  // namespace
 
 void ArrivalBoard::write_slot(std::uint64_t generation, std::uint64_t key, std::span<const std::byte> payload,
                               std::span<const std::byte> meta) {
@@ -155,6 +194,16 @@ void ArrivalBoard::arrive(std::uint32_t row, std::uint64_t generation) {
     buffer_.apply(VectorOp::accumulate, DType::i64, kWakeWordAt, 1, 1.0, word_bytes(zero));
     ++counters_.wakeups_sent;
   }
+  if (mapped_ == nullptr) return;  // then no rank sleeps locally
+  // The same pair with the local sleepers: the arrival above, then (the
+  // fence orders them) their word.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (std::atomic_ref<std::uint64_t>(word_at(local_sleeper_offset(row, generation))).load() == generation) {
+    auto* futex = reinterpret_cast<std::uint32_t*>(mapped_ + kFutexAt);
+    std::atomic_ref<std::uint32_t>(*futex).fetch_add(1);
+    futex_wake_all(futex);
+    ++counters_.wakeups_sent;
+  }
 }
 
 std::vector<std::uint64_t> ArrivalBoard::reached(std::uint32_t row, std::uint64_t generation) {
@@ -192,6 +241,7 @@ bool ArrivalBoard::sleep_until(std::uint32_t row, std::uint64_t generation, cons
                                std::chrono::steady_clock::time_point deadline) {
   const std::uint64_t at = sleeper_offset(row, generation);
   if (std::chrono::steady_clock::now() >= deadline) return false;  // a poll, not a wait: no sleeper word
+  if (everyone_maps()) return sleep_locally(row, generation, skip, deadline);
   while (true) {
     const std::uint64_t version = buffer_.version();  // before the sleeper word: a wake-up after it counts
     std::uint64_t seen = buffer_.fetch_add(at, 0);
@@ -212,6 +262,27 @@ bool ArrivalBoard::sleep_until(std::uint32_t row, std::uint64_t generation, cons
       if (e.code() != Errc::timeout) throw;
       return all_reached(row, generation, skip);
     }
+  }
+}
+
+// sleep_until's local form: every waker maps the buffer and looks at the
+// local sleeper word after its arrival, so a sleeper needs no server.
+bool ArrivalBoard::sleep_locally(std::uint32_t row, std::uint64_t generation, const std::vector<std::uint32_t>& skip,
+                                 std::chrono::steady_clock::time_point deadline) {
+  auto* futex = reinterpret_cast<std::uint32_t*>(mapped_ + kFutexAt);
+  std::atomic_ref<std::uint64_t> sleeper(word_at(local_sleeper_offset(row, generation)));
+  while (true) {
+    const std::uint32_t seen = std::atomic_ref<std::uint32_t>(*futex).load();  // before the sleeper word
+    std::uint64_t latest = sleeper.load();
+    while (latest < generation && !sleeper.compare_exchange_weak(latest, generation)) {
+    }
+    if (all_reached(row, generation, skip)) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    ++counters_.sleeps;
+    ++counters_.local_sleeps;
+    futex_wait(futex, seen, deadline - now);
+    if (std::atomic_ref<std::uint32_t>(*futex).load() != seen) ++counters_.woken;
   }
 }
 

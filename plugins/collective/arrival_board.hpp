@@ -7,7 +7,13 @@
 //
 // A rank that has waited `spin` without seeing every arrival sleeps on the
 // buffer's version, and the rank whose arrival finds a sleeper advances it
-// with one server op. Whether a sleeper is woken rests on a Dekker pair:
+// with one server op. Where every rank maps the buffer into its process
+// (one host, UCX shared memory: Buffer::mapping), a rank sleeps on a futex
+// in the buffer instead, and the arrival that finds it asleep wakes it
+// with one system call: no server between the ranks (cold, 4 ranks: the
+// server's wake-up cost more than gloo's whole allreduce). Each rank says
+// it maps the buffer in a bitmap there; until every rank has, all sleep
+// on the version. Whether a sleeper is woken rests on a Dekker pair:
 // the poster writes its arrival word, then reads the sleeper word with an
 // atomic; the sleeper raises the sleeper word with an atomic, then reads
 // the arrival words. Atomics are ordered with everything before and after
@@ -17,9 +23,12 @@
 //
 // The buffer (laid out by fabric.py, the same numbers):
 //   [0, 32)    sleeper words, one per (row, parity): the generation the
-//              latest sleeper waits for
+//              latest sleeper on the version waits for
 //   [32, 40)   the word the wake-up op adds 0 to (the op advances the version)
-//   [64, ...)  arrival words, u64, [row][parity][rank]: the generation a
+//   [40, 48)   bit r: rank r maps the buffer (ranks 0-63; more: never local)
+//   [48, 52)   the futex word (u32): local wake-ups add 1 to it
+//   [64, 96)   local sleeper words, one per (row, parity), as [0, 32)
+//   [96, ...)  arrival words, u64, [row][parity][rank]: the generation a
 //              rank last reached in that row (row 0: arrival with its slot,
 //              row 1: done with its share of a reduction by the ranks)
 //   slots_at   the slots, [parity][rank] of slot_bytes each:
@@ -39,7 +48,8 @@ namespace smb::python {
 
 class ArrivalBoard {
  public:
-  static constexpr std::uint64_t kSleepersAt = 0, kWakeWordAt = 32, kArrivalsAt = 64, kSlotHeader = 24;
+  static constexpr std::uint64_t kSleepersAt = 0, kWakeWordAt = 32, kMappedRanksAt = 40, kFutexAt = 48,
+                                  kLocalSleepersAt = 64, kArrivalsAt = 96, kSlotHeader = 24;
 
   // `slots` holds both the words and the slots (one buffer per collective).
   ArrivalBoard(Buffer& buffer, std::uint32_t size, std::uint32_t index, std::uint64_t slot_bytes,
@@ -76,9 +86,10 @@ class ArrivalBoard {
 
   // What this rank's waits did, for tests and tuning: waits that went to
   // sleep, sleeps ended by a wake-up (not a timeout), and wake-ups this
-  // rank's arrivals sent.
+  // rank's arrivals sent; of the sleeps, those on the futex (every rank
+  // maps the buffer).
   struct Counters {
-    std::uint64_t sleeps = 0, woken = 0, wakeups_sent = 0;
+    std::uint64_t sleeps = 0, woken = 0, wakeups_sent = 0, local_sleeps = 0;
   };
   const Counters& counters() const { return counters_; }
 
@@ -96,11 +107,17 @@ class ArrivalBoard {
   bool all_reached(std::uint32_t row, std::uint64_t generation, const std::vector<std::uint32_t>& skip);
   bool sleep_until(std::uint32_t row, std::uint64_t generation, const std::vector<std::uint32_t>& skip,
                    std::chrono::steady_clock::time_point deadline);
+  bool sleep_locally(std::uint32_t row, std::uint64_t generation, const std::vector<std::uint32_t>& skip,
+                     std::chrono::steady_clock::time_point deadline);
+  bool everyone_maps();  // every rank's bit is set (then it stays so)
+  std::uint64_t& word_at(std::uint64_t offset) const;  // a word of the mapping
 
   Buffer& buffer_;
   std::uint32_t size_, index_;
   std::uint64_t slot_bytes_;
   std::chrono::microseconds spin_;
+  std::byte* mapped_;           // the words [0, kArrivalsAt) in this process, or null
+  bool everyone_maps_ = false;  // seen once: ranks never clear their bit
   std::vector<std::uint64_t> words_;  // scratch: one row of arrival words
   std::vector<std::byte> slot_;       // scratch: a slot being written or read
   Counters counters_;

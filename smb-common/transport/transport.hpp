@@ -155,6 +155,10 @@ class RemoteSegment {
  public:
   virtual ~RemoteSegment() = default;
   virtual const SegmentDescriptor& descriptor() const = 0;
+  // The local address of the segment's byte `offset` where [offset, offset
+  // + length) is mapped into this process (UCX's shared-memory lanes on the
+  // server's host); null where the transport moves the bytes.
+  virtual std::byte* mapped(std::uint64_t /*offset*/, std::size_t /*length*/) const { return nullptr; }
 };
 
 class Channel {

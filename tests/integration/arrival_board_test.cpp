@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <latch>
 #include <random>
 #include <string>
 #include <thread>
@@ -44,14 +45,19 @@ class ArrivalBoardTest : public FabricTest {
   std::string run_ranks(std::chrono::microseconds spin, Body body) {
     std::vector<std::string> failures(kRanks);
     std::vector<std::thread> threads;
+    std::latch boards(kRanks);  // every rank's board made (and its mapping said) before any rank starts
     for (std::uint32_t rank = 0; rank < kRanks; ++rank) {
       threads.emplace_back([&, rank] {
+        bool counted = false;
         try {
           auto client = make_client();
           auto buffer = client.open("ctl");
           smb::python::ArrivalBoard board(buffer, kRanks, rank, kSlotBytes, spin);
+          counted = true;
+          boards.arrive_and_wait();
           body(rank, board);
         } catch (const std::exception& e) {
+          if (!counted) boards.count_down();  // the others do not wait for a rank that failed
           failures[rank] = "rank " + std::to_string(rank) + ": " + e.what();
         }
       });
@@ -70,7 +76,8 @@ class ArrivalBoardTest : public FabricTest {
 };
 
 // 150 generations, a random rank late each time by 0 to 20 ms: the sums are
-// exact (the parities never mix), and the late ranks woke sleeping ones.
+// exact (the parities never mix), and the late ranks woke sleeping ones
+// (over shared memory with a futex, elsewhere through the server).
 TEST_P(ArrivalBoardTest, EveryGenerationReducesExactlyWhoeverComesLast) {
   constexpr std::uint64_t kGenerations = 150;
   std::vector<smb::python::ArrivalBoard::Counters> counters(kRanks);
@@ -113,6 +120,12 @@ TEST_P(ArrivalBoardTest, EveryGenerationReducesExactlyWhoeverComesLast) {
   }
   EXPECT_GT(sleeps, 0u) << "a 20 ms late rank must put the others to sleep";
   EXPECT_GT(sent, 0u) << "and its arrival must wake them";
+  std::uint64_t local = 0;
+  for (const auto& c : counters) local += c.local_sleeps;
+  if (GetParam().label == "ucx_shm")
+    EXPECT_EQ(local, sleeps) << "every rank maps the board over shared memory: each sleeps on the futex";
+  else
+    EXPECT_EQ(local, 0u) << "ranks that do not map the board sleep on its version";
 }
 
 // Row 1 ("done") is independent of row 0, and a wait skips the ranks told.

@@ -203,6 +203,39 @@ TEST_P(StripedIoTest, ANewBufferReadsZerosOverADestroyedOnesMemory) {
   EXPECT_TRUE(same_bytes(data, got, 0));
 }
 
+// Buffer::mapping: on the server's host over UCX shared memory, a range
+// within one stripe is the buffer's own bytes in this process (what one
+// writes there another client reads, and the reverse); elsewhere, across a
+// stripe's end or for a buffer of two copies, there is none.
+TEST_P(StripedIoTest, AMappedRangeIsTheBuffersOwnBytes) {
+  auto client = make_client();
+  auto buffer = client.create("mapped", 4 * kUnit, small_stripes());
+  std::byte* word = buffer.mapping(kUnit + 8, 8);
+  if (GetParam().label != "ucx_shm") {
+    EXPECT_EQ(word, nullptr) << "only UCX's shared-memory lanes map a server's memory";
+    return;
+  }
+  ASSERT_NE(word, nullptr) << "a client on the server's host over shared memory maps the buffer";
+  const std::uint64_t written = 0x1122334455667788;
+  std::memcpy(word, &written, 8);
+  auto other = make_client().open("mapped");
+  std::uint64_t seen = 0;
+  other.read(kUnit + 8, std::as_writable_bytes(std::span(&seen, 1)));
+  EXPECT_EQ(seen, written) << "a store through the mapping is the buffer's byte";
+  const std::uint64_t again = 99;
+  other.write(kUnit + 8, std::as_bytes(std::span(&again, 1)));
+  std::memcpy(&seen, word, 8);
+  EXPECT_EQ(seen, again) << "and another client's write shows there";
+  EXPECT_EQ(buffer.mapping(kUnit - 4, 8), nullptr) << "the range crosses a stripe's end";
+  EXPECT_THROW(buffer.mapping(4 * kUnit - 4, 8), smb::Error) << "the range is outside the buffer";
+  if (server_count() > 1) {
+    smb::BufferOptions two = small_stripes();
+    two.replicas = 2;
+    auto copied = client.create("mapped-twice", 4 * kUnit, two);
+    EXPECT_EQ(copied.mapping(0, 8), nullptr) << "a store there would reach one copy only";
+  }
+}
+
 TEST_P(StripedIoTest, ZeroLengthOpsCompleteAtOnce) {
   auto client = make_client();
   auto buffer = client.create("empty-ops", 4096, small_stripes());

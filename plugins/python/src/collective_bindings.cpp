@@ -83,7 +83,8 @@ void bind_collective(py::module_& m) {
                              [](const ArrivalBoard& b) {
                                const auto& c = b.counters();
                                return py::dict(py::arg("sleeps") = c.sleeps, py::arg("woken") = c.woken,
-                                               py::arg("wakeups_sent") = c.wakeups_sent);
+                                               py::arg("wakeups_sent") = c.wakeups_sent,
+                                               py::arg("local_sleeps") = c.local_sleeps);
                              })
       .def("post",
            [](ArrivalBoard& b, std::uint64_t g, std::uint64_t key, py::handle payload, const py::bytes& meta) {

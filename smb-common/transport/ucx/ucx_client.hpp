@@ -134,9 +134,7 @@ class UcxRemoteSegment final : public RemoteSegment {
       : descriptor_(std::move(descriptor)), rkey_(std::move(rkey)), mapped_(mapped), streamed_(streamed) {}
   const SegmentDescriptor& descriptor() const override { return descriptor_; }
   ucp_rkey_h rkey() const { return rkey_->get(); }
-  // The local address of the segment's byte `offset` where [offset, offset
-  // + length) is mapped into this process; null where UCX moves it.
-  std::byte* mapped(std::uint64_t offset, std::size_t length) const {
+  std::byte* mapped(std::uint64_t offset, std::size_t length) const override {
     return mapped_ != nullptr && offset <= descriptor_.length && length <= descriptor_.length - offset
                ? mapped_ + offset
                : nullptr;

@@ -14,7 +14,9 @@ of the process set. For each (process set, name) the fabric holds:
          by reading the others' arrival words: over shared memory or RDMA
          no server CPU takes part. A rank that waited longer than
          SMB_TORCH_SPIN_US sleeps on the ctl's version, and the arrival
-         that finds it asleep wakes it with one server op. Then each rank
+         that finds it asleep wakes it with one server op; where every
+         rank maps the ctl (one host, shared memory), it sleeps on a futex
+         there and the arrival wakes it directly. Then each rank
          reads every slot and checks them: a mismatch (shape, dtype, op,
          root) is found identically on every rank, so every rank raises the
          same error and the next collective starts clean.
