@@ -276,6 +276,10 @@ bool ArrivalBoard::sleep_locally(std::uint32_t row, std::uint64_t generation, co
     std::uint64_t latest = sleeper.load();
     while (latest < generation && !sleeper.compare_exchange_weak(latest, generation)) {
     }
+    // The word above before the arrival words below (a locked instruction
+    // on x86 already; a barrier where atomics alone do not order a later
+    // plain load).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (all_reached(row, generation, skip)) return true;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
