@@ -121,6 +121,10 @@ std::uint64_t& ArrivalBoard::word_at(std::uint64_t offset) const {
   return *std::launder(reinterpret_cast<std::uint64_t*>(mapped_ + offset));
 }
 
+std::uint32_t* ArrivalBoard::futex_word() const {
+  return std::launder(reinterpret_cast<std::uint32_t*>(mapped_ + kFutexAt));
+}
+
 bool ArrivalBoard::everyone_maps() {
   if (everyone_maps_ || mapped_ == nullptr) return everyone_maps_;
   const std::uint64_t all = size_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << size_) - 1;
@@ -149,11 +153,16 @@ std::uint64_t local_sleeper_offset(std::uint32_t row, std::uint64_t generation) 
 
 // The futex word is shared between processes (the buffer's memory is), so
 // no FUTEX_PRIVATE_FLAG.
+std::uint32_t futex_load(std::uint32_t* word) { return std::atomic_ref<std::uint32_t>(*word).load(); }
 void futex_wait(std::uint32_t* word, std::uint32_t seen, std::chrono::nanoseconds limit) {
   const timespec ts{static_cast<time_t>(limit.count() / 1000000000), static_cast<long>(limit.count() % 1000000000)};
   ::syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
-void futex_wake_all(std::uint32_t* word) { ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
+// Adds 1 first, so that a sleeper about to wait on the old value does not.
+void futex_wake_all(std::uint32_t* word) {
+  std::atomic_ref<std::uint32_t>(*word).fetch_add(1);
+  ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
 }  // namespace
 
 void ArrivalBoard::write_slot(std::uint64_t generation, std::uint64_t key, std::span<const std::byte> payload,
@@ -199,9 +208,7 @@ void ArrivalBoard::arrive(std::uint32_t row, std::uint64_t generation) {
   // fence orders them) their word.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (std::atomic_ref<std::uint64_t>(word_at(local_sleeper_offset(row, generation))).load() == generation) {
-    auto* futex = reinterpret_cast<std::uint32_t*>(mapped_ + kFutexAt);
-    std::atomic_ref<std::uint32_t>(*futex).fetch_add(1);
-    futex_wake_all(futex);
+    futex_wake_all(futex_word());
     ++counters_.wakeups_sent;
   }
 }
@@ -269,10 +276,10 @@ bool ArrivalBoard::sleep_until(std::uint32_t row, std::uint64_t generation, cons
 // local sleeper word after its arrival, so a sleeper needs no server.
 bool ArrivalBoard::sleep_locally(std::uint32_t row, std::uint64_t generation, const std::vector<std::uint32_t>& skip,
                                  std::chrono::steady_clock::time_point deadline) {
-  auto* futex = reinterpret_cast<std::uint32_t*>(mapped_ + kFutexAt);
+  std::uint32_t* futex = futex_word();
   std::atomic_ref<std::uint64_t> sleeper(word_at(local_sleeper_offset(row, generation)));
   while (true) {
-    const std::uint32_t seen = std::atomic_ref<std::uint32_t>(*futex).load();  // before the sleeper word
+    const std::uint32_t seen = futex_load(futex);  // before the sleeper word
     std::uint64_t latest = sleeper.load();
     while (latest < generation && !sleeper.compare_exchange_weak(latest, generation)) {
     }
@@ -286,7 +293,7 @@ bool ArrivalBoard::sleep_locally(std::uint32_t row, std::uint64_t generation, co
     ++counters_.sleeps;
     ++counters_.local_sleeps;
     futex_wait(futex, seen, deadline - now);
-    if (std::atomic_ref<std::uint32_t>(*futex).load() != seen) ++counters_.woken;
+    if (futex_load(futex) != seen) ++counters_.woken;
   }
 }
 

@@ -111,6 +111,7 @@ class ArrivalBoard {
                      std::chrono::steady_clock::time_point deadline);
   bool everyone_maps();  // every rank's bit is set (then it stays so)
   std::uint64_t& word_at(std::uint64_t offset) const;  // a word of the mapping
+  std::uint32_t* futex_word() const;                    // the futex word in the mapping
 
   Buffer& buffer_;
   std::uint32_t size_, index_;
