@@ -243,7 +243,7 @@ bool pull_ranges(CopyJob& job, const std::vector<Range>& ranges) {
       batch.push_back(Body::array({ranges[k].offset, ranges[k].length}));
       bytes += ranges[k].length;
     }
-    const std::chrono::milliseconds pulling{bytes * 1000 / kSlowestPull};
+    const std::chrono::milliseconds pulling{(bytes + job.queued_before) * 1000 / kSlowestPull};
     try {
       connection->call(MessageType::pull_copy, {{"name", job.target_name},
                                                      {"from", job.from->control->peer()},

@@ -46,6 +46,9 @@ struct CopyJob {
   // this client (one host), or with SMB_REPAIR_COPY=client: this client then
   // copies them itself.
   bool server_to_server = true;
+  // Bytes of the other copies rebuilt on the same server: its smbd pulls
+  // one copy at a time, so a pull may wait for theirs first.
+  std::uint64_t queued_before = 0;
 };
 
 // (server, segment) pairs a repair opened or made, to close or destroy when it ends.

@@ -165,6 +165,9 @@ void RepairJob::bulk_copy() {
     report_.repaired.push_back({layout_.servers[rebuild.target], rebuild.replica, layout_.servers[rebuild.source],
                                 rebuild.length});
   }
+  for (auto& job : jobs_)
+    for (const auto& other : jobs_)
+      if (&other != &job && other.to == job.to) job.queued_before += other.length;
   quiet_ = quiet_segments(core_, name_, jobs_);  // before any byte is read: final_pass compares
   each_copy_at_once([this](CopyJob& job) { copy_ranges(core_, job, whole(job.length)); });
   for (const auto& job : jobs_) {

@@ -113,6 +113,10 @@ Body CopyPuller::pull(const Body& request) {
     throw Error(e.code(), context + ": " + e.what());
   }
 
+  // One pull's reads at a time (the others connect meanwhile): two at once
+  // shared this smbd's one client worker, and over TCP took 2.4x as long as
+  // one, where two in turn take twice as long (docs/reliability.md).
+  const std::lock_guard turn(turn_);
   // Each range in chunks, kInFlight at once, each read straight into this
   // server's segment (the copy being rebuilt: no client reads or writes it).
   struct Get {

@@ -31,7 +31,8 @@ class CopyPuller {
 
   // Serves a pull_copy request: {name, from, address(bin), ticket(bin),
   // segment, ranges}; returns {bytes}. Blocks until every range is in (run
-  // it on the worker pool); throws smb::Error naming the source server.
+  // it on the worker pool), the reads of one pull at a time; throws
+  // smb::Error naming the source server.
   protocol::Body pull(const protocol::Body& request);
 
   // Starts this smbd's client side of the transport ahead of the first pull
@@ -47,6 +48,7 @@ class CopyPuller {
   transport::TransportOptions options_;
   SegmentStore& store_;
   std::mutex mutex_;  // guards client_'s creation
+  std::mutex turn_;   // held by the pull whose reads run
   std::unique_ptr<transport::ClientTransport> client_;
 
   // A pull's channel lingers a few seconds before it is closed (on a later

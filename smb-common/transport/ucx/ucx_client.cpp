@@ -416,7 +416,7 @@ Lanes lanes_of(ucp_ep_h ep) {
 UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_address, std::string peer,
                        DataProtocol protocol, std::span<const std::uint8_t> ticket)
     : transport_(transport), peer_(std::move(peer)), peer_name_(std::make_shared<const std::string>(peer_)) {
-  std::lock_guard lock(transport_.mutex_);
+  std::unique_lock lock(transport_.mutex_);
   ucp_worker_h worker = transport_.worker_.get();
   try {
     ep_ = create_endpoint(worker, server_address, UCP_ERR_HANDLING_MODE_PEER, &UcxChannel::on_error, this, peer_);
@@ -447,7 +447,7 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
   shared_memory_rma_ = !use_am_ && lanes.native_rma();
   am_atomics_ = use_am_ || !lanes.native_amo();
   lanes_ = lanes.summary();
-  if (!peer_failure_detected_ || !ticket.empty()) wire_up_replies(ticket);
+  if (!peer_failure_detected_ || !ticket.empty()) wire_up_replies(ticket, lock);
   spdlog::debug("libsmb: server {} via {}", peer_, describe());
 }
 
@@ -455,9 +455,13 @@ UcxChannel::UcxChannel(UcxClientTransport& transport, const Bytes& server_addres
 // first reply makes UCX connect back, which reconfigures this endpoint: with
 // puts in flight on it that stalled them for seconds (UCX 1.13). So a ping
 // makes that happen now, before any data op; it carries the session's
-// ticket, without which the server serves nothing here. Under the transport
-// lock.
-void UcxChannel::wire_up_replies(std::span<const std::uint8_t> ticket) {
+// ticket, without which the server serves nothing here. Called under the
+// transport lock (`lock`), which the wait for the answer lets go of: a
+// connect that spun holding it kept this process's other threads from
+// their transfers, and on a busy host took the CPU from the server that
+// has to answer (a repair's pulls into one smbd: 2-30 ms a connect, now
+// 2-10).
+void UcxChannel::wire_up_replies(std::span<const std::uint8_t> ticket, std::unique_lock<std::mutex>& lock) {
   auto done = std::make_shared<Completion>();
   done->expect();
   const std::uint64_t token = transport_.pending_.add(UcxClientTransport::PendingAm{done, this, nullptr, 0, "ping"});
@@ -466,7 +470,12 @@ void UcxChannel::wire_up_replies(std::span<const std::uint8_t> ticket) {
                "ping");
   const auto within = util::connect_timeout();  // SMB_CONNECT_TIMEOUT
   const auto deadline = std::chrono::steady_clock::now() + within;
-  while (!done->done() && std::chrono::steady_clock::now() < deadline) ucp_worker_progress(transport_.worker_.get());
+  lock.unlock();
+  {
+    const PollingThread polling;
+    while (!done->done() && std::chrono::steady_clock::now() < deadline) transport_.progress();
+  }
+  lock.lock();
   if (!done->done()) {
     transport_.pending_.forget(*done);
     close_endpoint(transport_.worker_.get(), ep_, true);

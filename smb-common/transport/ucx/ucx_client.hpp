@@ -200,7 +200,7 @@ class UcxChannel final : public Channel {
   // A ping that wires up the server's way back (shared memory) and
   // presents the session's ticket (ChannelAdmission); throws where the
   // server does not answer or refuses the ticket.
-  void wire_up_replies(std::span<const std::uint8_t> ticket);
+  void wire_up_replies(std::span<const std::uint8_t> ticket, std::unique_lock<std::mutex>& lock);
 
   // Credits (reply_queue.hpp): at most kCallCredits requests that the
   // server answers (calls, and reads, writes and atomics through the server
