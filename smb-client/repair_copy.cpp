@@ -279,11 +279,6 @@ void copy_through_client(ClientCore& core, CopyJob& job, const std::vector<Range
     state->completion->expect();
     return state;
   };
-  struct Slot {
-    std::vector<std::byte> bytes;
-    Request read, write;
-    std::uint64_t offset = 0;
-  };
   // Both copies mapped here (one host, shared memory): each range is one
   // copy between the mappings (a synchronous write from the source's),
   // not a read into a buffer and a write out of it (docs/reliability.md).
@@ -296,6 +291,11 @@ void copy_through_client(ClientCore& core, CopyJob& job, const std::vector<Range
     }
     return;
   }
+  struct Slot {
+    std::vector<std::byte> bytes;
+    Request read, write;
+    std::uint64_t offset = 0;
+  };
   std::array<Slot, kChunksInFlight> ring;
   const auto write_out = [&](Slot& slot) {
     slot.read.wait();
