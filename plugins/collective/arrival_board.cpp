@@ -3,6 +3,7 @@
 #include <smb/error.hpp>
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -103,14 +104,16 @@ std::uint64_t padded(std::uint64_t n) { return (n + 7) / 8 * 8; }
 ArrivalBoard::ArrivalBoard(Buffer& buffer, std::uint32_t size, std::uint32_t index, std::uint64_t slot_bytes,
                            std::chrono::microseconds spin)
     : buffer_(buffer), size_(size), index_(index), slot_bytes_(slot_bytes), spin_(spin), mapped_(nullptr),
-      words_(size) {
+      whole_(nullptr), words_(size) {
   if (size == 0 || index >= size) throw Error(Errc::invalid_argument, "arrival board: rank outside its set");
   if (slot_bytes < kSlotHeader) throw Error(Errc::invalid_argument, "arrival board: slots too small");
-  if (buffer.size() < slots_at(size) + 2 * size * slot_bytes)
+  const std::uint64_t bytes = slots_at(size) + 2 * size * slot_bytes;
+  if (buffer.size() < bytes)
     throw Error(Errc::invalid_argument, "arrival board: buffer '" + buffer.name() + "' too small for " +
                                             std::to_string(size) + " slots of " + std::to_string(slot_bytes));
   if (size > 64) return;  // one bit per rank
-  mapped_ = buffer.mapping(0, kArrivalsAt);
+  whole_ = buffer.mapping(0, bytes);
+  mapped_ = whole_ != nullptr ? whole_ : buffer.mapping(0, kArrivalsAt);
   if (mapped_ == nullptr) return;
   std::atomic_ref<std::uint64_t> bits(word_at(kMappedRanksAt));
   const std::uint64_t mine = std::uint64_t{1} << index;
@@ -130,6 +133,15 @@ bool ArrivalBoard::everyone_maps() {
   const std::uint64_t all = size_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << size_) - 1;
   everyone_maps_ = std::atomic_ref<std::uint64_t>(word_at(kMappedRanksAt)).load() == all;
   return everyone_maps_;
+}
+
+unsigned ArrivalBoard::yield_every() {
+  if (yield_every_ == 0 && everyone_maps()) {  // every rank on this host: count the cores they share
+    cpu_set_t cpus;
+    const bool known = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0;
+    yield_every_ = known && static_cast<std::uint32_t>(CPU_COUNT(&cpus)) < size_ ? 1 : 64;
+  }
+  return yield_every_ == 0 ? 64 : yield_every_;
 }
 
 std::uint64_t ArrivalBoard::slots_at(std::uint32_t size) { return kArrivalsAt + padded(kRows * 2 * 8 * size); }
@@ -165,6 +177,23 @@ void futex_wake_all(std::uint32_t* word) {
 }
 }  // namespace
 
+namespace {
+// A slot's bytes at `at` (kSlotHeader + padded(payload) + meta of them).
+void lay_out_slot(std::byte* at, std::uint64_t generation, std::uint64_t key, std::span<const std::byte> payload,
+                  std::span<const std::byte> meta) {
+  const auto meta_bytes = static_cast<std::uint32_t>(meta.size());
+  const auto payload_bytes = static_cast<std::uint32_t>(payload.size());
+  std::memcpy(at, &generation, 8);
+  std::memcpy(at + 8, &key, 8);
+  std::memcpy(at + 16, &meta_bytes, 4);
+  std::memcpy(at + 20, &payload_bytes, 4);
+  std::byte* rest = at + ArrivalBoard::kSlotHeader;
+  if (!payload.empty()) std::memcpy(rest, payload.data(), payload.size());
+  std::memset(rest + payload.size(), 0, padded(payload.size()) - payload.size());
+  if (!meta.empty()) std::memcpy(rest + padded(payload.size()), meta.data(), meta.size());
+}
+}  // namespace
+
 void ArrivalBoard::write_slot(std::uint64_t generation, std::uint64_t key, std::span<const std::byte> payload,
                               std::span<const std::byte> meta) {
   const std::uint64_t bytes = kSlotHeader + padded(payload.size()) + meta.size();
@@ -172,15 +201,11 @@ void ArrivalBoard::write_slot(std::uint64_t generation, std::uint64_t key, std::
     throw Error(Errc::invalid_argument, "collective slot: " + std::to_string(meta.size()) + " bytes of metadata and " +
                                             std::to_string(payload.size()) + " of tensor do not fit its " +
                                             std::to_string(slot_bytes_));
-  slot_.assign(bytes, std::byte{0});
-  const auto meta_bytes = static_cast<std::uint32_t>(meta.size());
-  const auto payload_bytes = static_cast<std::uint32_t>(payload.size());
-  std::memcpy(slot_.data(), &generation, 8);
-  std::memcpy(slot_.data() + 8, &key, 8);
-  std::memcpy(slot_.data() + 16, &meta_bytes, 4);
-  std::memcpy(slot_.data() + 20, &payload_bytes, 4);
-  if (!payload.empty()) std::memcpy(slot_.data() + kSlotHeader, payload.data(), payload.size());
-  if (!meta.empty()) std::memcpy(slot_.data() + kSlotHeader + padded(payload.size()), meta.data(), meta.size());
+  // Mapped: in place (the arrival's release store publishes it); else
+  // composed here and written in one op.
+  if (whole_ != nullptr) return lay_out_slot(whole_ + slot_offset(generation, index_), generation, key, payload, meta);
+  slot_.resize(bytes);
+  lay_out_slot(slot_.data(), generation, key, payload, meta);
   buffer_.write(slot_offset(generation, index_), slot_);
 }
 
@@ -196,9 +221,12 @@ void ArrivalBoard::mark(std::uint32_t row, std::uint64_t generation) {
 }
 
 void ArrivalBoard::arrive(std::uint32_t row, std::uint64_t generation) {
-  buffer_.write(arrival_offset(row, generation, index_), word_bytes(generation));
-  // The atomic orders the write before this read (the Dekker pair above).
-  if (buffer_.fetch_add(sleeper_offset(row, generation), 0) == generation) {
+  const std::uint64_t at = arrival_offset(row, generation, index_);
+  if (whole_ != nullptr)
+    std::atomic_ref<std::uint64_t>(word_at(at)).store(generation, std::memory_order_release);
+  else
+    buffer_.write(at, word_bytes(generation));
+  if (server_sleeper(row, generation) == generation) {
     const std::uint64_t zero = 0;
     buffer_.apply(VectorOp::accumulate, DType::i64, kWakeWordAt, 1, 1.0, word_bytes(zero));
     ++counters_.wakeups_sent;
@@ -213,14 +241,37 @@ void ArrivalBoard::arrive(std::uint32_t row, std::uint64_t generation) {
   }
 }
 
+std::uint64_t ArrivalBoard::server_sleeper(std::uint32_t row, std::uint64_t generation) {
+  // Where every rank maps the buffer, every op on the word is a CPU's on
+  // this host (UCX shared memory's atomics are locked instructions on the
+  // mapping), so a load after a full fence stands for the atomic below.
+  // Elsewhere a NIC or a server may apply a sleeper's compare-swap, and
+  // only an atomic through the same path is ordered with it.
+  if (whole_ != nullptr && everyone_maps()) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return std::atomic_ref<std::uint64_t>(word_at(sleeper_offset(row, generation))).load();
+  }
+  // The atomic orders the arrival's write before this read (the Dekker pair above).
+  return buffer_.fetch_add(sleeper_offset(row, generation), 0);
+}
+
 std::vector<std::uint64_t> ArrivalBoard::reached(std::uint32_t row, std::uint64_t generation) {
   if (row >= kRows) throw Error(Errc::invalid_argument, "arrival board: no row " + std::to_string(row));
-  buffer_.read(arrival_offset(row, generation, 0), std::as_writable_bytes(std::span(words_)));
+  read_arrivals(row, generation);
   return words_;
 }
 
+void ArrivalBoard::read_arrivals(std::uint32_t row, std::uint64_t generation) {
+  if (whole_ == nullptr)
+    return buffer_.read(arrival_offset(row, generation, 0), std::as_writable_bytes(std::span(words_)));
+  // Acquire: a rank's slot, written before its arrival, is read after.
+  for (std::uint32_t r = 0; r < size_; ++r)
+    words_[r] = std::atomic_ref<std::uint64_t>(word_at(arrival_offset(row, generation, r)))
+                    .load(std::memory_order_acquire);
+}
+
 bool ArrivalBoard::all_reached(std::uint32_t row, std::uint64_t generation, const std::vector<std::uint32_t>& skip) {
-  buffer_.read(arrival_offset(row, generation, 0), std::as_writable_bytes(std::span(words_)));
+  read_arrivals(row, generation);
   for (std::uint32_t r = 0; r < size_; ++r)
     if (words_[r] < generation && !skipped(skip, r)) return false;
   return true;
@@ -235,8 +286,11 @@ bool ArrivalBoard::wait(std::uint32_t row, std::uint64_t generation, const std::
   for (unsigned round = 0;; ++round) {
     if (all_reached(row, generation, skip)) return true;
     if (std::chrono::steady_clock::now() >= spin_end) break;
-    // Mostly pause, now and then give the core away: ranks may outnumber cores.
-    if (round % 64 == 63)
+    // Mostly pause, now and then give the core away: ranks may outnumber
+    // cores. Where they do on this host, every round: a late rank that
+    // waits for a core delays everyone (4 ranks on 2 cores, back to back:
+    // 13 us a call yielding every 64 rounds, 10 us every round).
+    if (round % yield_every() == yield_every() - 1)
       std::this_thread::yield();
     else
       cpu_relax();
@@ -319,12 +373,18 @@ bool ArrivalBoard::reduce(std::uint64_t generation, std::uint64_t key, DType typ
   // One read from the first rank's slot to the end of the last one's
   // payload (at most 64 KiB, fabric.py's inline_capacity): where the server
   // moves the bytes (TCP) one round trip, not one per rank.
-  slot_.resize((size_ - 1) * slot_bytes_ + bytes);
-  buffer_.read(slot_offset(generation, 0), slot_);
+  // Mapped: read in place (no rank rewrites g's slots before every rank,
+  // this one included, has arrived at g + 1).
+  const std::byte* slots = whole_ != nullptr ? whole_ + slot_offset(generation, 0) : nullptr;
+  if (slots == nullptr) {
+    slot_.resize((size_ - 1) * slot_bytes_ + bytes);
+    buffer_.read(slot_offset(generation, 0), slot_);
+    slots = slot_.data();
+  }
   bool first = true;
   for (std::uint32_t r = 0; r < size_; ++r) {
     if (skipped(skip, r)) continue;
-    const std::byte* slot = slot_.data() + r * slot_bytes_;
+    const std::byte* slot = slots + r * slot_bytes_;
     std::uint64_t g = 0, k = 0;
     std::uint32_t payload_bytes = 0;
     std::memcpy(&g, slot, 8);

@@ -81,6 +81,7 @@ class ArrivalBoardTest : public FabricTest {
 TEST_P(ArrivalBoardTest, EveryGenerationReducesExactlyWhoeverComesLast) {
   constexpr std::uint64_t kGenerations = 150;
   std::vector<smb::python::ArrivalBoard::Counters> counters(kRanks);
+  std::vector<char> maps(kRanks);
   const auto failure = run_ranks(50us, [&](std::uint32_t rank, smb::python::ArrivalBoard& board) {
     std::mt19937 same_everywhere(7);  // every rank draws the same late rank and pause
     const std::string meta = R"({"op":"allreduce"})";
@@ -111,8 +112,12 @@ TEST_P(ArrivalBoardTest, EveryGenerationReducesExactlyWhoeverComesLast) {
       }
     }
     counters[rank] = board.counters();
+    maps[rank] = board.maps_board();
   });
   ASSERT_EQ(failure, "");
+  for (std::uint32_t rank = 0; rank < kRanks; ++rank)
+    EXPECT_EQ(maps[rank] != 0, GetParam().label == "ucx_shm")
+        << "rank " << rank << ": over shared memory (only) slots and arrivals are plain loads and stores";
   std::uint64_t sleeps = 0, sent = 0;
   for (const auto& c : counters) {
     sleeps += c.sleeps;

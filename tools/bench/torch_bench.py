@@ -75,9 +75,11 @@ def smbrun(build, np, command, env=None, servers=2, timeout=1800):
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith(("{", "["))]
 
 
-# The fixed cost of a small allreduce at three layers, in the same processes:
-# gloo's all_reduce, smb.torch's hvd.allreduce, and the engine under it
-# (smb.collective.data on NumPy bytes: no torch calls). "cold": a gloo
+# The fixed cost of a small allreduce at four layers, in the same processes:
+# gloo's all_reduce, smb.torch's hvd.allreduce, the engine under it
+# (smb.collective.data on NumPy bytes: no torch calls), and the C++ lane
+# that hvd.allreduce ends in (fabric.InlineLane: the board's allreduce
+# with everything fixed per signature converted once, the target's measure). "cold": a gloo
 # barrier before every call, so each starts with every rank idle; "b2b":
 # back to back. Median of 300 calls.
 SMALL_WORKER = textwrap.dedent("""
@@ -92,9 +94,13 @@ SMALL_WORKER = textwrap.dedent("""
         t = torch.ones(nbytes // 4)
         a = np.ones(nbytes // 4, dtype=np.float32)
         view = data.Tensor(a.view(np.uint8), "float32", a.shape, 4)
+        lane = data.allreduce_lane(group, f"lane{nbytes}", view, "sum", 1.0)
+        result = np.empty(nbytes, dtype=np.uint8)
+        addresses = (a.ctypes.data, result.ctypes.data)
         runs = {"gloo": lambda: dist.all_reduce(t),
                 "smb": lambda: hvd.allreduce(t, op=hvd.Sum, name=f"small{nbytes}"),
-                "engine": lambda: data.allreduce(group, f"engine{nbytes}", view, "sum", 1.0, 1.0)}
+                "engine": lambda: data.allreduce(group, f"engine{nbytes}", view, "sum", 1.0, 1.0),
+                "lane": lambda: lane(*addresses, lambda: result)}
         for mode in ("cold", "b2b"):
             for name, run in runs.items():
                 times = []
@@ -126,13 +132,18 @@ def small(args):
     print(f"\n### A small allreduce's fixed cost, {args.workers} workers, us (median of {args.runs} runs)\n")
     print(f"UCX active-message round trip here: {am_rtt_us:.2f} us; the target (5 x that x log2 ranks): "
           f"{5 * am_rtt_us * hops:.1f} us.\n" if am_rtt_us else "ucx_perftest did not run.\n")
-    print("| size | calls | gloo all_reduce | hvd.allreduce | engine | gloo / hvd | gloo / engine |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    print("| size | calls | gloo all_reduce | hvd.allreduce | engine | C++ lane | gloo / hvd | gloo / engine | "
+          "lane / target |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    target = 5 * am_rtt_us * hops if am_rtt_us else None
     for nbytes in (8, 4096):
         for mode in ("cold", "b2b"):
-            got = {n: statistics.median(r[f"{nbytes} {mode} {n}"] for r in runs) for n in ("gloo", "smb", "engine")}
+            got = {n: statistics.median(r[f"{nbytes} {mode} {n}"] for r in runs)
+                   for n in ("gloo", "smb", "engine", "lane")}
+            against_target = f"{got['lane'] / target:.2f}" if target else "-"
             print(f"| {nbytes} B | {mode} | {got['gloo']:.1f} | {got['smb']:.1f} | {got['engine']:.1f} | "
-                  f"{got['gloo'] / got['smb']:.2f} | {got['gloo'] / got['engine']:.2f} |")
+                  f"{got['lane']:.1f} | {got['gloo'] / got['smb']:.2f} | {got['gloo'] / got['engine']:.2f} | "
+                  f"{against_target} |")
 
 
 def exchange(args):
