@@ -41,7 +41,9 @@ done
 grep -q "images/s per worker" "$OUT/gpu-check-logs/synthetic.log" || { echo "FAIL: no benchmark ratio"; exit 1; }
 grep -q '"what": "fabric_read"' "$OUT/gpu-check-logs/exchange_profile.log" || { echo "FAIL: no exchange profile"; exit 1; }
 grep -q '"bytes": 8, "gloo_ms"' "$OUT/gpu-check-logs/small_exchange.log" || { echo "FAIL: no 8-byte exchange"; exit 1; }
-grep -q "round trip (ucx_perftest ucp_am_lat, 8 B, us): [0-9]" "$OUT/gpu-check-logs/small_exchange.log" ||
+grep -q "UCX active-message round trip here: [0-9]" "$OUT/gpu-check-logs/small_exchange.log" ||
   { echo "FAIL: ucx_perftest did not run from the pack"; exit 1; }
+grep -Eq '^\| 8 B \| b2b \|( [0-9.]+ \|){7}$' "$OUT/gpu-check-logs/small_exchange.log" ||
+  { echo "FAIL: no 8-byte lane against the target"; exit 1; }
 [ "$(find "$OUT" -type f | wc -l)" -le 8 ] || { echo "FAIL: more than 8 files to bring back (a device call brings back 8)"; exit 1; }
 echo "gpu-check.sh: its CPU parts work"

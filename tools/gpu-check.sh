@@ -33,8 +33,10 @@
 #     and against DDP over gloo with the same 2 processes;
 #   - the small-tensor exchange on the machine's CPUs (issue 33's 8-byte
 #     target, which a 2-core build machine cannot judge): torch_bench.py's
-#     exchange worker, 4 ranks, 8 B to 1 MB, smb.torch against gloo, and
-#     ucx_perftest's active-message round trip (packed) beside it.
+#     exchange worker, 4 ranks, 8 B to 1 MB, smb.torch against gloo, then
+#     its small worker (an 8 B and a 4 KiB allreduce through gloo,
+#     hvd.allreduce, the engine and the C++ lane), judged against
+#     ucx_perftest's active-message round trip (packed).
 # Not covered: Caffe's GPU mode (smb-caffe builds BVLC Caffe CPU_ONLY:
 # plugins/caffe/build-caffe.sh).
 #
@@ -224,8 +226,15 @@ small_exchange() {
   PYTHONPATH="$ROOT/tools/bench" "$PYTHON" -c \
     'import torch_bench as t; print(t.EXCHANGE_WORKER % ((8, 4096, 1 << 20),))' >"$worker" || return 1
   "$PYTHON" "$PACK/bin/smbrun" -np 4 --local-servers 2 --capacity 1G --timeout 100 -- "$PYTHON" "$worker" || return 1
+  # The fixed cost at each layer (gloo, hvd.allreduce, the engine, the C++
+  # lane) against the target, which wants a CPU per rank: this machine's.
+  local small=/tmp/smb-gpu-check-small-worker.py
+  PYTHONPATH="$ROOT/tools/bench" "$PYTHON" -c 'import torch_bench as t; print(t.SMALL_WORKER)' >"$small" || return 1
+  "$PYTHON" "$PACK/bin/smbrun" -np 4 --local-servers 2 --capacity 1G --timeout 100 -- "$PYTHON" "$small" |
+    grep '^{' >"$small.json" || return 1
   PATH="$PACK/bin:$PATH" PYTHONPATH="$ROOT/tools/bench" "$PYTHON" -c \
-    'import torch_bench as t; print("UCX active-message round trip (ucx_perftest ucp_am_lat, 8 B, us):", t.ucx_am_round_trip_us())'
+    'import json, sys, torch_bench as t; t.print_small([json.load(open(sys.argv[1]))], 4, t.ucx_am_round_trip_us())' \
+    "$small.json"
 }
 
 synthetic() {
@@ -292,7 +301,7 @@ run() {
     step torch_cuda 100 env "${cpu_env[@]}" "$PYTHON" "$PACK/bin/smbrun" -np 2 --local-servers 2 --capacity 1G \
       --timeout 90 -- "$PYTHON" "$ROOT/tools/gpu/torch_cuda_check.py"
     step exchange_profile 120 bash -c "exchange_profile $([ -n "$cpu" ] && echo cpu || echo cuda)"
-    step small_exchange 90 bash -c small_exchange
+    step small_exchange 150 bash -c small_exchange
     step synthetic 200 bash -c "synthetic $([ -n "$cpu" ] && echo cpu || echo cuda)"
   fi
   say ""

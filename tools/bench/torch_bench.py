@@ -127,9 +127,13 @@ def small(args):
         runs = [smbrun(args.build, args.workers, [PYTHON, f.name])[0] for _ in range(args.runs)]
     finally:
         os.unlink(f.name)
-    am_rtt_us = ucx_am_round_trip_us()
-    hops = max(1, (args.workers - 1).bit_length())
-    print(f"\n### A small allreduce's fixed cost, {args.workers} workers, us (median of {args.runs} runs)\n")
+    print_small(runs, args.workers, ucx_am_round_trip_us())
+
+
+def print_small(runs, workers, am_rtt_us):
+    """small()'s table from the SMALL_WORKER outputs of `runs` (also tools/gpu-check.sh's)."""
+    hops = max(1, (workers - 1).bit_length())
+    print(f"\n### A small allreduce's fixed cost, {workers} workers, us (median of {len(runs)} runs)\n")
     print(f"UCX active-message round trip here: {am_rtt_us:.2f} us; the target (5 x that x log2 ranks): "
           f"{5 * am_rtt_us * hops:.1f} us.\n" if am_rtt_us else "ucx_perftest did not run.\n")
     print("| size | calls | gloo all_reduce | hvd.allreduce | engine | C++ lane | gloo / hvd | gloo / engine | "
