@@ -175,9 +175,7 @@ void futex_wake_all(std::uint32_t* word) {
   std::atomic_ref<std::uint32_t>(*word).fetch_add(1);
   ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
-}  // namespace
 
-namespace {
 // A slot's bytes at `at` (kSlotHeader + padded(payload) + meta of them).
 void lay_out_slot(std::byte* at, std::uint64_t generation, std::uint64_t key, std::span<const std::byte> payload,
                   std::span<const std::byte> meta) {
