@@ -1,5 +1,7 @@
 #include "arrival_board.hpp"
 
+#include "rank_reduction.hpp"
+
 #include <smb/error.hpp>
 
 #include <linux/futex.h>
@@ -10,11 +12,9 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cmath>
 #include <cstring>
 #include <new>
 #include <thread>
-#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -37,64 +37,6 @@ std::span<const std::byte> word_bytes(const std::uint64_t& word) { return std::a
 
 bool skipped(const std::vector<std::uint32_t>& skip, std::uint32_t rank) {
   return std::find(skip.begin(), skip.end(), rank) != skip.end();
-}
-
-enum class Reduce { add, product, min, max };
-
-Reduce reduce_named(const std::string& op) {
-  if (op == "sum" || op == "average") return Reduce::add;  // the caller scales an average
-  if (op == "product") return Reduce::product;
-  if (op == "min") return Reduce::min;
-  if (op == "max") return Reduce::max;
-  throw Error(Errc::invalid_argument, "arrival board: unknown reduction '" + op + "'");
-}
-
-// NumPy's ufuncs, element by element: integers wrap (computed unsigned), a
-// NaN wins min and max.
-template <typename T, Reduce R>
-void combine_into(std::span<std::byte> out, const std::byte* x) {
-  using U = std::make_unsigned_t<std::conditional_t<std::is_integral_v<T>, T, int>>;
-  const std::size_t n = out.size() / sizeof(T);
-  for (std::size_t i = 0; i < n; ++i) {
-    T a, b;
-    std::memcpy(&a, out.data() + i * sizeof(T), sizeof(T));
-    std::memcpy(&b, x + i * sizeof(T), sizeof(T));
-    if constexpr (R == Reduce::add || R == Reduce::product) {
-      if constexpr (std::is_integral_v<T>)
-        a = static_cast<T>(R == Reduce::add ? static_cast<U>(static_cast<U>(a) + static_cast<U>(b))
-                                            : static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-      else
-        a = R == Reduce::add ? a + b : a * b;
-    } else {
-      bool nan_b = false;
-      if constexpr (std::is_floating_point_v<T>) nan_b = !std::isnan(a) && std::isnan(b);
-      if (nan_b || (R == Reduce::min ? b < a : a < b)) a = b;
-    }
-    std::memcpy(out.data() + i * sizeof(T), &a, sizeof(T));
-  }
-}
-
-template <typename T>
-void combine_into(Reduce op, std::span<std::byte> out, const std::byte* x) {
-  switch (op) {
-    case Reduce::add: return combine_into<T, Reduce::add>(out, x);
-    case Reduce::product: return combine_into<T, Reduce::product>(out, x);
-    case Reduce::min: return combine_into<T, Reduce::min>(out, x);
-    case Reduce::max: return combine_into<T, Reduce::max>(out, x);
-  }
-}
-
-void combine_into(DType type, Reduce op, std::span<std::byte> out, const std::byte* x) {
-  switch (type) {
-    case DType::f32: return combine_into<float>(op, out, x);
-    case DType::f64: return combine_into<double>(op, out, x);
-    case DType::u8: return combine_into<std::uint8_t>(op, out, x);
-    case DType::i8: return combine_into<std::int8_t>(op, out, x);
-    case DType::i16: return combine_into<std::int16_t>(op, out, x);
-    case DType::i32: return combine_into<std::int32_t>(op, out, x);
-    case DType::i64: return combine_into<std::int64_t>(op, out, x);
-    default: throw Error(Errc::invalid_argument, "arrival board: no reduction of this dtype on the ranks");
-  }
 }
 
 std::uint64_t padded(std::uint64_t n) { return (n + 7) / 8 * 8; }
@@ -349,23 +291,11 @@ bool ArrivalBoard::sleep_locally(std::uint32_t row, std::uint64_t generation, co
   }
 }
 
-bool ArrivalBoard::reducible(DType type) {
-  switch (type) {
-    case DType::f32:
-    case DType::f64:
-    case DType::u8:
-    case DType::i8:
-    case DType::i16:
-    case DType::i32:
-    case DType::i64: return true;
-    default: return false;
-  }
-}
+bool ArrivalBoard::reducible(DType type) { return reducible_on_ranks(type); }
 
 bool ArrivalBoard::reduce(std::uint64_t generation, std::uint64_t key, DType type, const std::string& op,
                           std::span<std::byte> out, const std::vector<std::uint32_t>& skip) {
-  if (!reducible(type)) throw Error(Errc::invalid_argument, "arrival board: no reduction of this dtype on the ranks");
-  const Reduce how = reduce_named(op);
+  const RankReduction how(type, op);
   const std::uint64_t bytes = kSlotHeader + out.size();
   if (bytes > slot_bytes_) return false;
   // One read from the first rank's slot to the end of the last one's
@@ -392,7 +322,7 @@ bool ArrivalBoard::reduce(std::uint64_t generation, std::uint64_t key, DType typ
     if (first)
       std::memcpy(out.data(), slot + kSlotHeader, out.size());
     else
-      combine_into(type, how, out, slot + kSlotHeader);
+      how.combine_into(out, slot + kSlotHeader);
     first = false;
   }
   return true;

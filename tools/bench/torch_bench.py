@@ -6,12 +6,14 @@ writes PNG plots.
     tools/bench/torch_bench.py [--build build/release] [--out docs/img] [--workers 4] [exchange] [small] [accuracy] [synthetic]
 
   exchange   per-step exchange time of 8 B, 4 KiB, 1, 10 and 100 MB of
-             float32: smb.torch's allreduce against
-             torch.distributed.all_reduce (gloo), both in the same worker
+             float32: smb.torch's allreduce (a new tensor) and
+             allreduce_ (in place, as gloo's) against
+             torch.distributed.all_reduce (gloo), all in the same worker
              processes, ratio gloo/smb; small sizes also against a UCX
              active-message round trip (ucx_perftest)
   small      the fixed cost of an 8 B and a 4 KiB allreduce: gloo,
-             hvd.allreduce and the engine under it, cold and back to back
+             hvd.allreduce, the engine under it and the C++ lane under
+             that, cold and back to back
   accuracy   time to accuracy on scikit-learn's digits (train_digits.py):
              smb.torch's modes against DDP over gloo, same workers, with
              a plot of test accuracy against wall time
@@ -47,17 +49,19 @@ EXCHANGE_WORKER = textwrap.dedent("""
     for nbytes in SIZES:
         t = torch.ones(max(1, nbytes // 4))
         iters = 200 if nbytes < (1 << 20) else 20 if nbytes < (100 << 20) else 5
-        times = {"gloo": [], "smb": []}
+        times = {"gloo": [], "smb": [], "smb_": []}
+        runs = (("gloo", lambda: dist.all_reduce(t)),
+                ("smb", lambda: hvd.allreduce(t, op=hvd.Sum, name=f"x{nbytes}")),
+                ("smb_", lambda: hvd.allreduce_(t, op=hvd.Sum, name=f"x{nbytes}_")))  # in place, as gloo's
         for i in range(iters + 1):
-            for name, run in (("gloo", lambda: dist.all_reduce(t)), ("smb", lambda: hvd.allreduce(t, op=hvd.Sum, name=f"x{nbytes}"))):
+            for name, run in runs:
                 t.fill_(1.0)  # in-place sums would grow to inf over the rounds
                 dist.barrier()
                 started = time.perf_counter()
                 run()
                 if i:  # the first round creates buffers and connections
                     times[name].append(time.perf_counter() - started)
-        out.append({"bytes": nbytes, "gloo_ms": 1000 * sorted(times["gloo"])[len(times["gloo"]) // 2],
-                    "smb_ms": 1000 * sorted(times["smb"])[len(times["smb"]) // 2]})
+        out.append({"bytes": nbytes, **{f"{name}_ms": 1000 * sorted(ts)[len(ts) // 2] for name, ts in times.items()}})
     if hvd.rank() == 0:
         print(json.dumps(out), flush=True)
     hvd.shutdown()
@@ -162,15 +166,17 @@ def exchange(args):
     print(f"A UCX active-message round trip between two processes here (ucx_perftest ucp_am_lat, 8 B, median, "
           f"twice the one-way figure): {am_rtt_us:.1f} us.\n" if am_rtt_us else "ucx_perftest did not run: no "
           "UCX round trip to compare with.\n")
-    print("| size | gloo all_reduce (ms) | smb.torch allreduce (ms) | gloo / smb | smb / (UCX round trip x log2 ranks) |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| size | gloo all_reduce (ms) | smb.torch allreduce (ms) | gloo / smb | smb / (UCX round trip x log2 ranks) "
+          "| smb.torch allreduce_, in place (ms) | gloo / allreduce_ |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     hops = max(1, (args.workers - 1).bit_length())
     for i, nbytes in enumerate(SIZES):
         gloo = statistics.median(r[i]["gloo_ms"] for r in runs)
         smb = statistics.median(r[i]["smb_ms"] for r in runs)
+        in_place = statistics.median(r[i]["smb__ms"] for r in runs)
         floor = f"{smb * 1000 / (am_rtt_us * hops):.0f}" if am_rtt_us and nbytes < (1 << 20) else "-"
         label = f"{nbytes >> 20} MB" if nbytes >= (1 << 20) else f"{nbytes} B"
-        print(f"| {label} | {gloo:.3f} | {smb:.3f} | {gloo / smb:.2f} | {floor} |")
+        print(f"| {label} | {gloo:.3f} | {smb:.3f} | {gloo / smb:.2f} | {floor} | {in_place:.3f} | {gloo / in_place:.2f} |")
 
 
 def ucx_am_round_trip_us(port=13999):

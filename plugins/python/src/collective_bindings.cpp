@@ -3,6 +3,7 @@
 // collective. Every call that touches the fabric releases the GIL.
 #include "arrival_board.hpp"
 #include "bindings.hpp"
+#include "mapped_shard.hpp"
 #include "host_memory.hpp"
 
 #include <pybind11/stl.h>
@@ -129,6 +130,20 @@ void bind_collective(py::module_& m) {
         py::gil_scoped_release nogil;
         return b.reduce(g, key, type, op, {mem.data, mem.size}, skip);
       });
+
+  // A large allreduce's shard reduced on this rank in the mapping (mapped_shard.hpp).
+  m.def("maps_regions", &maps_regions, py::arg("buffer"), py::arg("offsets"), py::arg("offset"), py::arg("length"),
+        py::arg("stripe_unit"));
+  m.def(
+      "reduce_mapped_shard",
+      [](Buffer& b, const std::string& dtype, const std::string& op, std::uint64_t result,
+         const std::vector<std::uint64_t>& inputs, std::uint64_t lo, std::uint64_t hi, std::uint64_t stripe_unit) {
+        const auto type = reduced_dtype(dtype);
+        py::gil_scoped_release nogil;
+        return reduce_mapped_shard(b, type, op, result, inputs, lo, hi, stripe_unit);
+      },
+      py::arg("buffer"), py::arg("dtype"), py::arg("op"), py::arg("result"), py::arg("inputs"), py::arg("lo"),
+      py::arg("hi"), py::arg("stripe_unit"));
 
   py::class_<AllreduceLane>(m, "AllreduceLane")
       .def(py::init([](ArrivalBoard& b, std::uint64_t key, const py::bytes& meta, const std::string& dtype,

@@ -172,15 +172,31 @@ def _reduce_inline(c, t, red):
 
 
 # Where a large allreduce is reduced: "servers" (accumulate on the memory
-# servers, the default) or "ranks" (each rank reduces one shard: a
-# reduce-scatter and allgather through the fabric; docs/benchmarks.md
-# has the measurements behind the default).
-_REDUCTION = os.environ.get("SMB_TORCH_REDUCTION", "servers")
+# servers), "ranks" (each rank reduces one shard: a reduce-scatter and
+# allgather through the fabric) or "auto", the default: on the ranks where
+# this rank maps the whole reduction buffer (one host, shared memory: each
+# shard is one pass in C++ over the mapping, mapped_shard.hpp), else on
+# the servers. docs/benchmarks.md has the measurements behind it. The
+# ranks' path runs only where every rank chose it.
+_REDUCTION = os.environ.get("SMB_TORCH_REDUCTION", "auto")
 _BY_RANKS_FROM = 64 * 1024  # bytes: below, one shard per rank is too small to pay for its reads
 
 
-def _by_ranks(t):
-    return _REDUCTION == "ranks" and t.dtype in _NUMPY_TYPES and t.data.nbytes >= _BY_RANKS_FROM
+def _by_ranks(t, entry, group):
+    if _REDUCTION not in ("ranks", "auto") or t.dtype not in _NUMPY_TYPES or t.data.nbytes < _BY_RANKS_FROM:
+        return False
+    return _REDUCTION == "ranks" or (t.dtype in _CXX_TYPES and _maps_whole(entry, group))
+
+
+def _maps_whole(entry, group):
+    """Whether this rank maps every region of the reduction buffer (both
+    results and every rank's input): found once per buffer."""
+    if entry.mapped is None:
+        striping = entry.striping
+        regions = [striping.offset(i) for i in range(2 + group.size)]
+        entry.mapped = fabric._core.maps_regions(entry.buffer._b, regions, 0, striping.region,
+                                                 striping.stripe_unit)
+    return entry.mapped
 
 
 def _reduce_by_ranks(c, entry, t, red, out=None):
@@ -195,7 +211,7 @@ def _reduce_by_ranks(c, entry, t, red, out=None):
     per = -(-t.numel // w) * t.itemsize
     lo = min(group.index * per, nbytes)
     hi = min(lo + per, nbytes)
-    if hi > lo:
+    if hi > lo and not _reduce_shard_in_mapping(buf, striping, t, red, result, w, lo, hi):
         parts = np.empty((w, hi - lo), dtype=np.uint8)
         with phase("READ"):
             for r in [buf.read_async(striping.offset(2 + k) + lo, parts[k]) for k in range(w)]:
@@ -211,6 +227,18 @@ def _reduce_by_ranks(c, entry, t, red, out=None):
     with phase("READ"):
         buf.read(result, out)
     return out
+
+
+def _reduce_shard_in_mapping(buf, striping, t, red, result, w, lo, hi):
+    """The shard [lo, hi) combined in C++ where this rank maps every rank's
+    input and the result (one host, shared memory): one pass, no copies
+    (mapped_shard.hpp). False where it does not (nothing written then)."""
+    if t.dtype not in _CXX_TYPES:
+        return False
+    with phase("REDUCE"):
+        return fabric._core.reduce_mapped_shard(buf._b, fabric.REDUCIBLE[t.dtype], red, result,
+                                                [striping.offset(2 + k) for k in range(w)], lo, hi,
+                                                striping.stripe_unit)
 
 
 def _inline_keys(t, red, prescale, postscale):
@@ -271,7 +299,7 @@ def allreduce(group, name, t, red, prescale, postscale, out=None):
     if _inline(group, t):
         return _allreduce_inline(c, t, red, prescale, postscale, out)
     dt, entry = _reduction(c, t)
-    by_ranks = _by_ranks(t)
+    by_ranks = _by_ranks(t, entry, group)
     if by_ranks:  # others read it as soon as they see this rank arrive
         with phase("WRITE"):
             entry.buffer.write(entry.striping.offset(2 + group.index), t.data)

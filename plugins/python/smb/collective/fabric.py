@@ -516,6 +516,7 @@ class Reduction:
         self.striping = striping
         self.expected = None   # the version before the current use (None: read it)
         self.participants = []
+        self.mapped = None     # whether this rank maps all of it (data._maps_whole; None: not yet known)
 
     def begin(self, participants):
         """A use that the metadata check let through."""

@@ -148,7 +148,7 @@ class _Allreduce(torch.autograd.Function):
                           process_set=process_set), None, None, None, None, None, None)
 
 
-def _allreduce_lane(tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+def _allreduce_lane(tensor, average, name, op, prescale_factor, postscale_factor, process_set, in_place=False):
     """hvd.allreduce's commonest small case in a few calls: a named,
     contiguous CPU tensor that travels in its arrival slot, needs no
     gradient and no prescale, with no timeline being written. The same
@@ -158,7 +158,9 @@ def _allreduce_lane(tensor, average, name, op, prescale_factor, postscale_factor
     path's layers (handle, reservation, autograd, views, conversions) adds
     about one: so the lane keeps what is fixed per signature (name, dtype,
     shape, reduction, scaling) in one object, built on first use, as
-    Horovod's response cache does, and each call passes the tensors' addresses."""
+    Horovod's response cache does, and each call passes the tensors' addresses.
+    in_place: the result goes into `tensor` (the board copies each rank's
+    bytes into its slot before it writes any result)."""
     if not name or prescale_factor != 1.0 or not tensor.is_cpu or not tensor.is_contiguous() or timeline.recording():
         return None
     group = group_of(process_set, "Allreduce")
@@ -171,7 +173,7 @@ def _allreduce_lane(tensor, average, name, op, prescale_factor, postscale_factor
         return None  # the full path takes this signature
     handles.check_not_outstanding(group, lane.full)
     next_handle()  # as the full path counts handles
-    out = torch.empty(lane.shape, dtype=lane.dtype)
+    out = tensor if in_place else torch.empty(lane.shape, dtype=lane.dtype)
     try:
         if not lane.inline(tensor.data_ptr(), out.data_ptr(), lambda: collectives.as_bytes(out).numpy()):
             data.inline_mismatch(lane.inline.collective, lane.view(tensor), red, collectives.as_bytes(out).numpy())
@@ -226,6 +228,10 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In place; returns `tensor`."""
+    if not (tensor.requires_grad and torch.is_grad_enabled()):
+        result = _allreduce_lane(tensor, average, name, op, prescale_factor, postscale_factor, process_set, True)
+        if result is not None:
+            return result
     return _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor, process_set, True)
 
 

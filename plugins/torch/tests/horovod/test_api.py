@@ -319,7 +319,13 @@ class T02Allreduce(Case):
         takes a short lane (ops._allreduce_lane); it must give what the
         full path gives (allreduce_async: handle, thread, views): same
         dtype, shape and bits, every op, dtype and postscale; a tensor that
-        needs a gradient still gets one."""
+        needs a gradient still gets one. allreduce_ takes it too, in place."""
+        from smb.collective import process_sets
+
+        def lanes_taken():
+            group = process_sets.group_of(hvd.global_process_set, "Allreduce")
+            return {signature[0] for signature, lane in group.lanes.items() if lane}
+
         for dtype in DTYPES:
             for op in REDUCE_OPS:
                 for post in (1.0, 0.5):
@@ -331,6 +337,14 @@ class T02Allreduce(Case):
                                                                postscale_factor=post))
                     self.assertEqual((lane.dtype, lane.shape), (full.dtype, full.shape), what)
                     self.assertTrue(torch.equal(lane, full), f"{what}: {lane} against {full}")
+                    # In place (allreduce_) takes the lane too, into the tensor itself.
+                    mine = data[self.rank].clone()
+                    self.assertIs(hvd.allreduce_(mine, name=f"lane_.{what}", op=op, postscale_factor=post), mine)
+                    self.assertTrue(torch.equal(mine, full), f"in place {what}: {mine} against {full}")
+                    taken = lanes_taken()
+                    self.assertEqual(f"lane_.{what}" in taken, f"lane.{what}" in taken,
+                                     f"{what}: allreduce_ takes the lane where allreduce does")
+        self.assertIn("lane_.sum float32 post 1.0", lanes_taken())
         x = torch.ones(3, requires_grad=True)
         hvd.allreduce(x, op=hvd.Sum, name="lane.grad").sum().backward()
         self.assertTrue(torch.equal(x.grad, torch.full((3,), float(self.size))))
@@ -346,25 +360,37 @@ class T02Allreduce(Case):
         """SMB_TORCH_REDUCTION=ranks: each rank reduces a shard (a
         reduce-scatter and allgather through the fabric) instead of the
         servers; exact for every op, and where ranks disagree on the
-        setting they all take the servers' path."""
+        setting they all take the servers' path. "auto" (the default)
+        takes the ranks' path exactly where every rank maps the reduction
+        buffer, and then reduces each shard in the mapping (C++)."""
         from smb.collective import data as fabric_data
-        saved, by_ranks = fabric_data._REDUCTION, fabric_data._reduce_by_ranks
-        used = []
+        saved = fabric_data._REDUCTION, fabric_data._reduce_by_ranks, fabric_data._reduce_shard_in_mapping
+        by_ranks, in_mapping = saved[1], saved[2]
+        used, mapped = [], []
         fabric_data._reduce_by_ranks = lambda *a: used.append(1) or by_ranks(*a)
+        fabric_data._reduce_shard_in_mapping = lambda *a: mapped.append(in_mapping(*a)) or mapped[-1]
         try:
             n = fabric_data._BY_RANKS_FROM // 4 + 3 * self.size + 1  # shards of unequal size
-            for setting, expected in (("ranks", 15), ("ranks" if self.rank % 2 else "servers", 0)):
+            for setting, expected in (("ranks", 15), ("ranks" if self.rank % 2 else "servers", 0), ("auto", None)):
                 fabric_data._REDUCTION = setting
                 used.clear()
+                mapped.clear()
                 for dtype in (torch.int32, torch.float32, torch.float64):
                     for op in REDUCE_OPS:
                         lo, hi = (-1, 2) if op == hvd.Product else (-10, 10)
                         data = all_ranks((n,), dtype, "by ranks", op, dtype, lo=lo, hi=hi)
                         out = hvd.allreduce(data[self.rank], name=f"ar.ranks.{dname(dtype)}", op=op)
                         self.assertSameTensor(out, reference(data, op), f"{setting}: {OP_NAMES[op]} {dtype}")
+                if expected is None:
+                    # auto: these jobs run every rank on one host with UCX's
+                    # default transports (shared memory), so every rank maps.
+                    if "UCX_TLS" in os.environ:
+                        continue  # (another transport may not map: exactness is all there is to check)
+                    expected = 15
+                    self.assertEqual(mapped, [True] * expected, "auto: each shard reduced in the mapping")
                 self.assertEqual(len(used), expected, setting)
         finally:
-            fabric_data._REDUCTION, fabric_data._reduce_by_ranks = saved, by_ranks
+            fabric_data._REDUCTION, fabric_data._reduce_by_ranks, fabric_data._reduce_shard_in_mapping = saved
 
     def test_async_in_different_orders(self):
         """Ranks may submit their collectives in different orders (Horovod
