@@ -223,6 +223,7 @@ bool ArrivalBoard::wait(std::uint32_t row, std::uint64_t generation, const std::
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   const auto spin_end = std::min(deadline, start + spin_);
+  const unsigned every = yield_every();  // a spinning wait yields its core once in so many rounds
   for (unsigned round = 0;; ++round) {
     if (all_reached(row, generation, skip)) return true;
     if (std::chrono::steady_clock::now() >= spin_end) break;
@@ -230,7 +231,7 @@ bool ArrivalBoard::wait(std::uint32_t row, std::uint64_t generation, const std::
     // cores. Where they do on this host, every round: a late rank that
     // waits for a core delays everyone (4 ranks on 2 cores, back to back:
     // 13 us a call yielding every 64 rounds, 10 us every round).
-    if (round % yield_every() == yield_every() - 1)
+    if (round % every == every - 1)
       std::this_thread::yield();
     else
       cpu_relax();
