@@ -60,8 +60,28 @@ void combine_any(DType type, Op op, std::span<std::byte> out, const std::byte* x
   }
 }
 
+template <typename T>
+void scale_typed(std::span<std::byte> data, T factor) {
+  const std::size_t n = data.size() / sizeof(T);
+  for (std::size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, data.data() + i * sizeof(T), sizeof(T));
+    v *= factor;
+    std::memcpy(data.data() + i * sizeof(T), &v, sizeof(T));
+  }
+}
 
 }  // namespace
+
+bool scales_in_place(DType type) { return type == DType::f32 || type == DType::f64; }
+
+void scale_in_place(DType type, std::span<std::byte> data, double factor) {
+  switch (type) {
+    case DType::f32: return scale_typed<float>(data, static_cast<float>(factor));
+    case DType::f64: return scale_typed<double>(data, factor);
+    default: throw Error(Errc::invalid_argument, "no scaling of this dtype in its own type");
+  }
+}
 
 bool reducible_on_ranks(DType type) {
   switch (type) {

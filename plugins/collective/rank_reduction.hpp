@@ -15,6 +15,13 @@ namespace smb::python {
 // The dtypes a rank reduces in C++ (not f16 or bf16).
 bool reducible_on_ranks(DType type);
 
+// Whether scale_in_place() scales `type`: float32 and float64, which
+// Horovod scales in their own type (a float32 times the factor rounded to
+// float32, as torch's mul_ does); the others scale through float64 and back.
+bool scales_in_place(DType type);
+// data[i] *= factor over data's elements of `type` (scales_in_place()).
+void scale_in_place(DType type, std::span<std::byte> data, double factor);
+
 enum class RankOp { add, product, min, max };
 
 class RankReduction {

@@ -4,6 +4,7 @@
 #include "arrival_board.hpp"
 #include "bindings.hpp"
 #include "mapped_shard.hpp"
+#include "rank_reduction.hpp"
 #include "host_memory.hpp"
 
 #include <pybind11/stl.h>
@@ -45,25 +46,55 @@ void write_slot(ArrivalBoard& b, std::uint64_t g, std::uint64_t key, const py::h
 
 // One signature's small allreduce with its fixed arguments converted once
 // (smb.torch's lane, ops.py, through fabric.InlineLane): each call passes
-// only the generation and the addresses of the tensors' bytes. The buffer
-// protocol, bytes and string conversions of ArrivalBoard.allreduce were
-// most of what Python added to a few-microsecond collective.
+// only the addresses of the tensors' bytes. The buffer protocol, bytes and
+// string conversions of ArrivalBoard.allreduce were most of what Python
+// added to a few-microsecond collective; so are the generation's
+// bookkeeping and a float result's scaling (torch's mul_ alone costs 5 us),
+// which the lane does here.
 struct AllreduceLane {
   ArrivalBoard& board;
+  py::object collective;  // the fabric.Collective: its generation and joined ranks, as its _post() keeps them
   std::uint64_t key;
   std::string meta;
   DType type;
   std::string op;
   std::uint64_t nbytes;
   std::chrono::microseconds first_wait;
+  double factor;  // what the result is scaled by here: 1 where scales_in_place(type) is false
+  py::str generation_attr{"generation"};  // (made once: a lookup by C string makes a str each time)
+  py::str joined_attr{"joined"};
 
   // `in` and `out`: addresses of nbytes each that the caller keeps alive
-  // (its tensors) for the call.
-  int run(std::uint64_t g, std::uintptr_t in, std::uintptr_t out) {
+  // (its tensors) for the call. The collective moves to the next generation
+  // unless the board refused the slot before writing anything
+  // (invalid_argument); a result it reduced is scaled (not one
+  // the caller reduces after a late rank: joined ranks' zeros come first).
+  int call(std::uintptr_t in, std::uintptr_t out) {
+    const auto g = collective.attr(generation_attr).cast<std::uint64_t>() + 1;
+    collective.attr(joined_attr) = py::set();
+    ArrivalBoard::Outcome outcome{};
+    try {
+      py::gil_scoped_release nogil;
+      outcome = run(g, in, out);
+    } catch (const Error& e) {
+      if (e.code() != Errc::invalid_argument) collective.attr(generation_attr) = g;  // posted, or maybe
+      throw;
+    } catch (...) {
+      collective.attr(generation_attr) = g;
+      throw;
+    }
+    collective.attr(generation_attr) = g;
+    if (outcome == ArrivalBoard::Outcome::reduced && factor != 1.0)
+      scale_in_place(type, {reinterpret_cast<std::byte*>(out), nbytes}, factor);
+    return static_cast<int>(outcome);
+  }
+
+ private:
+  ArrivalBoard::Outcome run(std::uint64_t g, std::uintptr_t in, std::uintptr_t out) {
     const auto meta_bytes = std::as_bytes(std::span(meta.data(), meta.size()));
     const std::span payload(reinterpret_cast<const std::byte*>(in), nbytes);
     const std::span result(reinterpret_cast<std::byte*>(out), nbytes);
-    return static_cast<int>(board.allreduce(g, key, payload, meta_bytes, type, op, result, first_wait));
+    return board.allreduce(g, key, payload, meta_bytes, type, op, result, first_wait);
   }
 };
 
@@ -146,17 +177,19 @@ void bind_collective(py::module_& m) {
       py::arg("hi"), py::arg("stripe_unit"));
 
   py::class_<AllreduceLane>(m, "AllreduceLane")
-      .def(py::init([](ArrivalBoard& b, std::uint64_t key, const py::bytes& meta, const std::string& dtype,
-                       const std::string& op, std::uint64_t nbytes, double first_wait_s) {
-             if (!ArrivalBoard::reducible(reduced_dtype(dtype)))
+      .def(py::init([](ArrivalBoard& b, py::object collective, std::uint64_t key, const py::bytes& meta,
+                       const std::string& dtype, const std::string& op, std::uint64_t nbytes, double first_wait_s,
+                       double factor) {
+             const auto type = reduced_dtype(dtype);
+             if (!ArrivalBoard::reducible(type))
                throw Error(Errc::invalid_argument, "an allreduce lane of dtype '" + dtype + "': C++ does not reduce it");
-             return AllreduceLane{b, key, std::string(meta), reduced_dtype(dtype), op, nbytes, micros(first_wait_s)};
+             static_cast<void>(RankReduction(type, op));  // throws for an op the board would refuse on every call
+             return AllreduceLane{b,      std::move(collective), key, std::string(meta), type, op, nbytes,
+                                  micros(first_wait_s), scales_in_place(type) ? factor : 1.0};
            }),
            py::keep_alive<1, 2>())
-      .def("run", [](AllreduceLane& lane, std::uint64_t g, std::uintptr_t in, std::uintptr_t out) {
-        py::gil_scoped_release nogil;
-        return lane.run(g, in, out);
-      });
+      .def("call", &AllreduceLane::call)
+      .def_property_readonly("factor", [](const AllreduceLane& lane) { return lane.factor; });
 }
 
 }  // namespace smb::python

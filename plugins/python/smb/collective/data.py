@@ -247,14 +247,17 @@ def _inline_keys(t, red, prescale, postscale):
     return key_of, lambda: meta("allreduce", t, red=red, pre=prescale, post=postscale)
 
 
-def allreduce_lane(group, name, t, red, postscale):
+def allreduce_lane(group, name, t, red, postscale, factor=1.0):
     """A fabric.InlineLane for allreduce(group, name, t, red, 1.0, postscale)
     calls on tensors like `t`, or None where such a call does not take the
-    C++ inline path (too large, empty, or a type NumPy reduces)."""
+    C++ inline path (too large, empty, or a type NumPy reduces). `factor`:
+    the final scaling (1/size for an average, times postscale), which the
+    lane applies where C++ scales the dtype (InlineLane)."""
     if not (_inline(group, t) and t.dtype in _CXX_TYPES and t.numel):
         return None
     key_of, the_meta = _inline_keys(t, red, 1.0, postscale)
-    return fabric.InlineLane(group.collective(name), key_of, the_meta, fabric.REDUCIBLE[t.dtype], red, t.data.nbytes)
+    return fabric.InlineLane(group.collective(name), key_of, the_meta, fabric.REDUCIBLE[t.dtype], red, t.data.nbytes,
+                             factor)
 
 
 def _allreduce_inline(c, t, red, prescale, postscale, out):

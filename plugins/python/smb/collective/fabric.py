@@ -485,25 +485,38 @@ class InlineLane:
     reduction, scaling) with its arguments converted once: smb.torch's lane
     for small allreduces (torch/ops.py), where each call's conversions cost
     more than the collective itself. Each call passes the addresses of the
-    payload's and the result's bytes (nbytes each, kept alive by the caller)."""
+    payload's and the result's bytes (nbytes each, kept alive by the caller).
+    The C++ lane keeps the collective's generation as _post() does, and
+    scales a result it reduced by `factor` where C++ scales the dtype
+    (float32, float64)."""
 
-    def __init__(self, collective, key_of, meta, dtype, red, nbytes):
+    def __init__(self, collective, key_of, meta, dtype, red, nbytes, factor=1.0):
         self.collective = collective
         self.key, blob = collective._keyed(key_of, meta)
         self.dtype, self.red = dtype, red
-        self._run = _core.AllreduceLane(collective.board, self.key, blob, dtype, red, nbytes, _FIRST_SLICE_S).run
+        self._lane = _core.AllreduceLane(collective.board, collective, self.key, blob, dtype, red, nbytes,
+                                         _FIRST_SLICE_S, factor)
+        self._call = self._lane.call
+        self.factor = factor
+        self.factor_left = 1.0 if self._lane.factor == factor else factor  # what a reduced result still needs
 
     def __call__(self, in_addr, out_addr, out):
-        """As allreduce_inline(): True when the result is at out_addr, False
-        when some rank's metadata differs. `out`: returns the result's bytes
-        as a uint8 array (called only where a rank was late)."""
+        """As allreduce_inline(), then the factor the result at out_addr
+        still needs (factor_left, or all of `factor` where a rank was late,
+        which the joined ranks' zeros come before), or None when some rank's
+        metadata differs. `out`: returns the result's bytes as a uint8 array
+        (called only where a rank was late)."""
+        try:
+            outcome = self._call(in_addr, out_addr)
+        except smb.InvalidArgument as e:
+            raise CollectiveError(f"collective '{self.collective.name}': {e}") from e
+        if outcome == _REDUCED:
+            return self.factor_left
         c = self.collective
-        g = c.generation + 1
-        c.joined = set()
-        outcome = c._post(g, self._run, in_addr, out_addr)
-        if outcome == _core.ArrivalBoard.REDUCED:
-            return True
-        return c._inline_outcome(outcome, g, self.key, self.dtype, self.red, out)
+        return self.factor if c._inline_outcome(outcome, c.generation, self.key, self.dtype, self.red, out) else None
+
+
+_REDUCED = _core.ArrivalBoard.REDUCED
 
 
 class Reduction:

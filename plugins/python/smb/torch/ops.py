@@ -175,31 +175,32 @@ def _allreduce_lane(tensor, average, name, op, prescale_factor, postscale_factor
     next_handle()  # as the full path counts handles
     out = tensor if in_place else torch.empty(lane.shape, dtype=lane.dtype)
     try:
-        if not lane.inline(tensor.data_ptr(), out.data_ptr(), lambda: collectives.as_bytes(out).numpy()):
+        factor = lane.inline(tensor.data_ptr(), out.data_ptr(), lambda: collectives.as_bytes(out).numpy())
+        if factor is None:
             data.inline_mismatch(lane.inline.collective, lane.view(tensor), red, collectives.as_bytes(out).numpy())
     except (HorovodInternalError, ValueError, TypeError, NotImplementedError):
         raise
     except Exception as e:  # smb.Error and the like: the collective failed
         raise HorovodInternalError(str(e)) from e
-    return collectives.finish_(out, lane.inline.collective.joined, red, lane.factor)
+    return collectives.finish_(out, lane.inline.collective.joined, red, factor)
 
 
 class _Lane:
     """What _allreduce_lane keeps per signature; build() returns False for
     a signature the full path takes (type, size, reduction)."""
 
-    def __init__(self, group, tensor, name, red, postscale, inline):
+    def __init__(self, tensor, name, inline):
         self.full = "allreduce." + name
         self.dtype, self.shape = tensor.dtype, tensor.shape
-        self.factor = collectives.final_factor(group, red, float(postscale))
         self.inline = inline
 
     @staticmethod
     def build(group, tensor, name, red, postscale):
         if red is None or collectives.dtype_name(tensor.dtype) not in data._CXX_TYPES:
             return False  # (the full path says what is wrong, or reduces it)
-        inline = data.allreduce_lane(group, "allreduce." + name, _Lane.view(tensor), red, float(postscale))
-        return inline and _Lane(group, tensor, name, red, postscale, inline)
+        factor = collectives.final_factor(group, red, float(postscale))
+        inline = data.allreduce_lane(group, "allreduce." + name, _Lane.view(tensor), red, float(postscale), factor)
+        return inline and _Lane(tensor, name, inline)
 
     @staticmethod
     def view(tensor):

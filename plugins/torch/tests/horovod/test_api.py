@@ -319,7 +319,8 @@ class T02Allreduce(Case):
         takes a short lane (ops._allreduce_lane); it must give what the
         full path gives (allreduce_async: handle, thread, views): same
         dtype, shape and bits, every op, dtype and postscale; a tensor that
-        needs a gradient still gets one. allreduce_ takes it too, in place."""
+        needs a gradient still gets one. allreduce_ takes it too, in place.
+        A float result is scaled in C++, with the same bits."""
         from smb.collective import process_sets
 
         def lanes_taken():
@@ -345,6 +346,13 @@ class T02Allreduce(Case):
                     self.assertEqual(f"lane_.{what}" in taken, f"lane.{what}" in taken,
                                      f"{what}: allreduce_ takes the lane where allreduce does")
         self.assertIn("lane_.sum float32 post 1.0", lanes_taken())
+        # The lane scales a float result in C++ (torch's mul_ costs more
+        # than the collective); the full path above scaled it in torch.
+        left = {s[0]: lane.inline.factor_left
+                for s, lane in process_sets.group_of(hvd.global_process_set, "Allreduce").lanes.items() if lane}
+        self.assertEqual(left["lane.average float32 post 0.5"], 1.0)
+        self.assertEqual(left["lane.average float64 post 1.0"], 1.0)
+        self.assertEqual(left["lane.average int32 post 0.5"], 0.5 / self.size)
         x = torch.ones(3, requires_grad=True)
         hvd.allreduce(x, op=hvd.Sum, name="lane.grad").sum().backward()
         self.assertTrue(torch.equal(x.grad, torch.full((3,), float(self.size))))
